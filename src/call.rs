@@ -1,0 +1,243 @@
+//! One call's life: the arguments going in, the outcome coming back, and the hand-offs between the
+//! caller, the pool and a worker.
+//!
+//! A call moves through phases; each transition is a compare-and-swap, so exactly one party owns
+//! the call at a time and exactly one outcome is ever written:
+//!
+//! ```text
+//!   NEW --submit--> ASSIGNED (a state is reserved) --worker--> RUNNING --worker--> DONE
+//!        \--------> QUEUED (waiting for a state) --worker--> RUNNING
+//!   QUEUED / ASSIGNED --cancel, acquire timeout, close--> CLAIMED --> DONE
+//! ```
+//!
+//! Whoever reaches DONE wakes the waiter (if one is parked on the call) and the subscriber (a
+//! scheduler's notifier, if the call was subscribed to one).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::chunk::Chunk;
+use crate::notify::Subscriber;
+use crate::spin::AdaptiveSpin;
+use crate::Error;
+
+pub const NEW: u32 = 0;
+pub const QUEUED: u32 = 1;
+pub const ASSIGNED: u32 = 2;
+pub const RUNNING: u32 = 3;
+pub const CLAIMED: u32 = 4;
+pub const DONE: u32 = 5;
+const PHASE: u32 = 0b111;
+/// A thread is (about to be) parked on this call.
+const WAITER: u32 = 1 << 3;
+/// `data.subscriber` is set: notify it on completion.
+const SUBSCRIBED: u32 = 1 << 4;
+
+/// What a call ended with.
+#[derive(Debug)]
+pub enum Outcome {
+    Pending,
+    /// The results are encoded in `CallData::buf`.
+    Ok,
+    Err(Error),
+}
+
+/// The parts of a call that change hands with its phase.
+pub struct CallData {
+    pub chunk: Option<Arc<Chunk>>,
+    /// The child function's name.
+    pub func: Vec<u8>,
+    /// Encoded arguments going in, encoded results coming back.
+    pub buf: Vec<u8>,
+    pub outcome: Outcome,
+    /// When a queued call stops waiting for a state.
+    pub acquire_deadline: Option<Instant>,
+    pub subscriber: Option<Subscriber>,
+}
+
+pub struct Call {
+    state: AtomicU32,
+    /// Set by `cancel` on a running call; the child's hook raises an error when it sees it.
+    pub interrupt: AtomicBool,
+    pub data: Mutex<CallData>,
+}
+
+impl Default for Call {
+    fn default() -> Call {
+        Call {
+            state: AtomicU32::new(NEW),
+            interrupt: AtomicBool::new(false),
+            data: Mutex::new(CallData {
+                chunk: None,
+                func: Vec::new(),
+                buf: Vec::new(),
+                outcome: Outcome::Pending,
+                acquire_deadline: None,
+                subscriber: None,
+            }),
+        }
+    }
+}
+
+impl Call {
+    /// Makes a finished call reusable. Needs exclusive access, so no other party can see it.
+    pub fn reset(&mut self) {
+        *self.state.get_mut() = NEW;
+        *self.interrupt.get_mut() = false;
+        let d = self.data.get_mut();
+        d.chunk = None;
+        d.func.clear();
+        d.buf.clear();
+        d.outcome = Outcome::Pending;
+        d.acquire_deadline = None;
+        d.subscriber = None;
+    }
+
+    #[inline]
+    pub fn phase(&self) -> u32 {
+        self.state.load(Ordering::Acquire) & PHASE
+    }
+
+    #[inline]
+    pub fn is_done(&self) -> bool {
+        self.phase() == DONE
+    }
+
+    /// Sets the phase of a call nobody else sees yet (submission).
+    pub fn set_phase(&self, phase: u32) {
+        self.state.store(phase, Ordering::Release);
+    }
+
+    /// Moves `from` -> `to`, keeping the flag bits; false if the call is in another phase.
+    pub fn transition(&self, from: u32, to: u32) -> bool {
+        let mut cur = self.state.load(Ordering::Acquire);
+        loop {
+            if cur & PHASE != from {
+                return false;
+            }
+            match self.state.compare_exchange_weak(
+                cur,
+                (cur & !PHASE) | to,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
+    }
+
+    /// Claims a call that has not started (QUEUED or ASSIGNED) so that the claimer alone writes its
+    /// outcome. Returns the phase it was claimed from.
+    pub fn claim_unstarted(&self) -> Option<u32> {
+        for from in [QUEUED, ASSIGNED] {
+            if self.transition(from, CLAIMED) {
+                return Some(from);
+            }
+        }
+        None
+    }
+
+    /// Writes the outcome and publishes DONE. Only the owner of the call (the worker that ran it, or
+    /// whoever claimed it) calls this, exactly once.
+    pub fn finish(&self, outcome: Outcome) {
+        let subscriber = {
+            let mut d = self.data.lock();
+            d.outcome = outcome;
+            d.subscriber.take()
+        };
+        let old = self.state.swap(DONE, Ordering::AcqRel);
+        if old & WAITER != 0 {
+            // SAFETY: the key is this call's address, only used as a parking-lot key.
+            unsafe {
+                parking_lot_core::unpark_all(self.key(), parking_lot_core::DEFAULT_UNPARK_TOKEN);
+            }
+        }
+        if old & SUBSCRIBED != 0 {
+            if let Some(s) = subscriber {
+                s.notify();
+            }
+        }
+    }
+
+    /// Asks to be notified when the call is done. Returns false (and keeps nothing) if it already
+    /// is: then the caller handles it at once.
+    pub fn subscribe(&self, subscriber: Subscriber) -> bool {
+        if self.is_done() {
+            return false;
+        }
+        self.data.lock().subscriber = Some(subscriber);
+        let old = self.state.fetch_or(SUBSCRIBED, Ordering::AcqRel);
+        if old & PHASE == DONE {
+            // finished between the check and the flag: the finisher did not see the subscriber
+            self.data.lock().subscriber = None;
+            return false;
+        }
+        true
+    }
+
+    /// Drops the subscription of a call. False if the call already finished (or is finishing)
+    /// and its subscriber was, or is about to be, notified.
+    pub fn unsubscribe(&self) -> bool {
+        self.data.lock().subscriber.take().is_some()
+    }
+
+    fn key(&self) -> usize {
+        self as *const Call as usize
+    }
+
+    /// Waits until the call is done or `deadline` passes; true if done.
+    pub fn wait(&self, deadline: Option<Instant>, spin: &AdaptiveSpin) -> bool {
+        if self.is_done() {
+            return true;
+        }
+        let start = Instant::now();
+        if spin.spin(start, || self.is_done()) {
+            return true;
+        }
+        let done = self.park(deadline);
+        if done {
+            spin.observe(start.elapsed());
+        }
+        done
+    }
+
+    fn park(&self, deadline: Option<Instant>) -> bool {
+        loop {
+            let old = self.state.fetch_or(WAITER, Ordering::AcqRel);
+            if old & PHASE == DONE {
+                return true;
+            }
+            let validate = || self.state.load(Ordering::Acquire) & PHASE != DONE;
+            // SAFETY: parking on this call's address; `validate` runs under the parking lot's
+            // bucket lock, and `finish` unparks after publishing DONE, so no wake-up is lost.
+            let result = unsafe {
+                parking_lot_core::park(
+                    self.key(),
+                    validate,
+                    || {},
+                    |_, _| {},
+                    parking_lot_core::DEFAULT_PARK_TOKEN,
+                    deadline,
+                )
+            };
+            if self.is_done() {
+                return true;
+            }
+            if let parking_lot_core::ParkResult::TimedOut = result {
+                return false;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+        }
+    }
+}
+
+/// `now + d`, or `None` (forever) when `d` is `None` or too far to represent.
+pub fn deadline_after(d: Option<Duration>) -> Option<Instant> {
+    d.and_then(|d| Instant::now().checked_add(d))
+}

@@ -1,0 +1,518 @@
+//! A child state: a Lua state created by mlua on its worker thread, with the standard libraries,
+//! the pool's `init` code and the chunks it has been asked to run.
+//!
+//! Stack layout at rest (the state's main thread): slot 1 the message handler (adds a traceback),
+//! slot 2 the call trampoline (a C closure over slot 3), slot 3 the table of loaded chunks
+//! (`chunk id -> table the chunk returned | false`). A call pushes the trampoline and a pointer to
+//! its [`RunCtx`] and runs it under `lua_pcall`, so every Lua error (including running out of
+//! memory while decoding the arguments) lands in one place.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mlua::ffi;
+
+use crate::call::{Call, Outcome};
+use crate::chunk::Chunk;
+use crate::config::Config;
+use crate::lua::{State, TFUNCTION, TNIL, TTABLE};
+use crate::pool::Pool;
+use crate::value::{self, Role};
+use crate::Error;
+
+const MSGH: c_int = 1;
+const TRAMPOLINE: c_int = 2;
+const CHUNKS: c_int = 3;
+const BASE: c_int = 3;
+
+/// VM instructions between two checks of the time limit and of cancellation.
+const HOOK_COUNT: c_int = 1000;
+
+pub struct Child {
+    /// Owns the state; dropping it closes the state.
+    lua: mlua::Lua,
+    st: State,
+    /// Ids of the chunks this state has loaded.
+    loaded: Vec<u64>,
+    chunk_epoch: u64,
+    /// Whether the limit hook is installed.
+    hooked: bool,
+    limits: Box<Limits>,
+    /// Reused buffer for the function name (results go into the call's buffer).
+    func: Vec<u8>,
+    time_limit: Option<Duration>,
+    memory_limit: Option<usize>,
+}
+
+/// What the limit hook checks, shared with it through a thread-local pointer.
+struct Limits {
+    deadline: Cell<Option<Instant>>,
+    interrupt: Cell<*const AtomicBool>,
+    tripped: Cell<Trip>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Trip {
+    None,
+    Time,
+    Cancel,
+}
+
+thread_local! {
+    static LIMITS: Cell<*const Limits> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Passed to the trampoline through a light userdata; plain data only, since a Lua error may jump
+/// over the frames that use it.
+struct RunCtx {
+    args: *const u8,
+    args_len: usize,
+    func: *const u8,
+    func_len: usize,
+    chunk_id: i64,
+    failure: Failure,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Failure {
+    None,
+    NoFunction { global: bool },
+    Corrupt(&'static str),
+}
+
+impl Child {
+    pub fn new(cfg: &Config) -> Result<Child, Error> {
+        // SAFETY: `unsafe_new_with` only lifts mlua's restriction on loading C modules and the
+        // debug library in this state: children are full Lua states like the host's.
+        let lua = unsafe { mlua::Lua::unsafe_new_with(mlua::StdLib::ALL, mlua::LuaOptions::new()) };
+        let mut raw: *mut ffi::lua_State = std::ptr::null_mut();
+        // SAFETY: we only copy out the main state's pointer; it stays valid as long as `lua`,
+        // which this `Child` owns, and the state is used only on this thread.
+        unsafe { lua.exec_raw::<()>((), |l| raw = l) }.map_err(|e| Error::Spawn(e.to_string()))?;
+        if raw.is_null() {
+            return Err(Error::Spawn("mlua returned no state".into()));
+        }
+        // SAFETY: see above.
+        let st = unsafe { State::from_raw(raw) };
+        st.set_top(0);
+        if !st.check_stack(8) {
+            return Err(Error::Spawn("no Lua stack space".into()));
+        }
+        st.push_cclosure(MESSAGE_HANDLER, 0);
+        st.create_table(0, 0);
+        st.push_value(-1);
+        st.push_cclosure(TRAMPOLINE_FN, 1);
+        st.insert(TRAMPOLINE);
+
+        let mut child = Child {
+            lua,
+            st,
+            loaded: Vec::new(),
+            chunk_epoch: u64::MAX,
+            hooked: false,
+            limits: Box::new(Limits {
+                deadline: Cell::new(None),
+                interrupt: Cell::new(std::ptr::null()),
+                tripped: Cell::new(Trip::None),
+            }),
+            func: Vec::new(),
+            time_limit: cfg.time_limit,
+            memory_limit: cfg.memory_limit,
+        };
+        child.configure(cfg)?;
+        Ok(child)
+    }
+
+    fn configure(&mut self, cfg: &Config) -> Result<(), Error> {
+        let st = self.st;
+        st.push_globals();
+        if st.raw_get_str(-1, "package") == TTABLE {
+            if let Some(p) = &cfg.package_path {
+                st.push_bytes(p);
+                st.raw_set_str(-2, "path");
+            }
+            if let Some(p) = &cfg.package_cpath {
+                st.push_bytes(p);
+                st.raw_set_str(-2, "cpath");
+            }
+        }
+        st.set_top(BASE);
+        if cfg!(feature = "luajit") && !cfg.jit {
+            self.exec(b"if jit then jit.off() jit.flush() end", "=vmpool.jit")
+                .map_err(|m| Error::Spawn(format!("cannot turn the JIT off: {m}")))?;
+        }
+        if let Some(limit) = cfg.memory_limit {
+            let used = self.lua.used_memory();
+            if used >= limit {
+                return Err(Error::BadArgument(format!(
+                    "memory_limit = {limit} is too small: a new state already uses {used} bytes"
+                )));
+            }
+            self.lua.set_memory_limit(limit).map_err(|e| {
+                Error::BadArgument(format!(
+                    "memory_limit is not supported by this Lua runtime ({e}); a LuaJIT built without GC64 cannot limit memory per state"
+                ))
+            })?;
+        }
+        if let Some(init) = &cfg.init {
+            self.exec(init, "init").map_err(Error::Init)?;
+        }
+        if cfg.time_limit.is_some() {
+            // SAFETY: installs our hook on this state's main thread (coroutines created later
+            // inherit it); the hook only reads this thread's `LIMITS`.
+            unsafe {
+                ffi::lua_sethook(
+                    st.as_ptr(),
+                    Some(limit_hook),
+                    ffi::LUA_MASKCOUNT,
+                    HOOK_COUNT,
+                )
+            };
+            self.hooked = true;
+        }
+        Ok(())
+    }
+
+    /// Runs a piece of source in this state (configuration and `init`).
+    fn exec(&mut self, source: &[u8], name: &str) -> Result<(), String> {
+        let st = self.st;
+        let rc = st.load_text(source, name);
+        let rc = if rc == 0 { st.pcall(0, 0, MSGH) } else { rc };
+        let result = if rc == 0 {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(
+                st.to_bytes(-1).unwrap_or(b"(error object is not a string)"),
+            )
+            .into_owned())
+        };
+        st.set_top(BASE);
+        result
+    }
+
+    /// Runs `call` (which is RUNNING and owned by this worker). Returns its outcome and whether
+    /// the state must be replaced (a limit was hit).
+    pub fn run(&mut self, pool: &Pool, call: &Arc<Call>) -> (Outcome, bool) {
+        let epoch = pool.chunk_epoch.load(Ordering::Acquire);
+        if epoch != self.chunk_epoch {
+            self.drop_stale_chunks(pool);
+            self.chunk_epoch = epoch;
+        }
+        let mut data = call.data.lock();
+        let chunk = match data.chunk.clone() {
+            Some(c) => c,
+            None => {
+                return (
+                    Outcome::Err(Error::Internal("call without a chunk".into())),
+                    false,
+                )
+            }
+        };
+        std::mem::swap(&mut self.func, &mut data.func);
+        self.arm(call);
+        let (outcome, replace) = match self.ensure_loaded(&chunk) {
+            Ok(()) => self.call(&chunk, &mut data.buf),
+            Err(failed) => failed,
+        };
+        self.disarm();
+        std::mem::swap(&mut self.func, &mut data.func);
+        (outcome, replace)
+    }
+
+    fn arm(&mut self, call: &Call) {
+        if !self.hooked {
+            return;
+        }
+        let lim = &*self.limits;
+        lim.deadline
+            .set(crate::call::deadline_after(self.time_limit));
+        lim.interrupt.set(&call.interrupt);
+        lim.tripped.set(Trip::None);
+        LIMITS.with(|l| l.set(lim));
+    }
+
+    fn disarm(&mut self) {
+        if !self.hooked {
+            return;
+        }
+        LIMITS.with(|l| l.set(std::ptr::null()));
+        self.limits.interrupt.set(std::ptr::null());
+    }
+
+    fn ensure_loaded(&mut self, chunk: &Chunk) -> Result<(), (Outcome, bool)> {
+        let st = self.st;
+        let id = chunk.id as i64;
+        let t = st.raw_geti(CHUNKS, id);
+        st.pop(1);
+        if t != TNIL {
+            return Ok(());
+        }
+        let rc = st.load_binary(&chunk.bytecode, &chunk.name);
+        let rc = if rc == 0 { st.pcall(0, 1, MSGH) } else { rc };
+        if rc != 0 {
+            let failed = self.failure(rc, &chunk.name, "(top level)", |message| Error::ChunkLoad {
+                chunk: chunk.name.clone(),
+                message,
+            });
+            st.set_top(BASE);
+            return Err(failed);
+        }
+        if st.type_of(-1) != TTABLE {
+            st.pop(1);
+            st.push_bool(false);
+        }
+        st.raw_seti(CHUNKS, id);
+        self.loaded.push(chunk.id);
+        Ok(())
+    }
+
+    fn drop_stale_chunks(&mut self, pool: &Pool) {
+        if self.loaded.is_empty() {
+            return;
+        }
+        let registry = pool.chunks.lock();
+        let st = self.st;
+        self.loaded.retain(|&id| {
+            let live = registry.contains_id(id);
+            if !live {
+                st.push_nil();
+                st.raw_seti(CHUNKS, id as i64);
+            }
+            live
+        });
+    }
+
+    fn call(&mut self, chunk: &Chunk, buf: &mut Vec<u8>) -> (Outcome, bool) {
+        let st = self.st;
+        let mut ctx = RunCtx {
+            args: buf.as_ptr(),
+            args_len: buf.len(),
+            func: self.func.as_ptr(),
+            func_len: self.func.len(),
+            chunk_id: chunk.id as i64,
+            failure: Failure::None,
+        };
+        st.push_value(TRAMPOLINE);
+        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+        let rc = st.pcall(1, ffi::LUA_MULTRET, MSGH);
+        let func_name = || String::from_utf8_lossy(&self.func).into_owned();
+        if rc != 0 {
+            let failed = self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
+                chunk: chunk.name.clone(),
+                function: func_name(),
+                message,
+            });
+            st.set_top(BASE);
+            return failed;
+        }
+        let outcome = match ctx.failure {
+            Failure::None => {
+                buf.clear();
+                let n = st.top() - BASE;
+                match value::encode_values(st, BASE + 1, n, buf, Role::Result(&self.func)) {
+                    Ok(()) => Outcome::Ok,
+                    Err(e) => Outcome::Err(e),
+                }
+            }
+            Failure::NoFunction { global } => Outcome::Err(Error::NoFunction {
+                chunk: chunk.name.clone(),
+                function: func_name(),
+                global,
+            }),
+            Failure::Corrupt(what) => {
+                Outcome::Err(Error::Internal(format!("bad call message: {what}")))
+            }
+        };
+        st.set_top(BASE);
+        (outcome, false)
+    }
+
+    /// Turns a failed `lua_pcall` into an outcome; says whether the state must be replaced.
+    fn failure(
+        &self,
+        rc: c_int,
+        chunk: &str,
+        function: &str,
+        runtime: impl FnOnce(String) -> Error,
+    ) -> (Outcome, bool) {
+        let tripped = self.limits.tripped.get();
+        if tripped == Trip::Time {
+            let seconds = self.time_limit.map_or(0.0, |d| d.as_secs_f64());
+            let e = Error::TimeLimit {
+                chunk: chunk.into(),
+                function: function.into(),
+                seconds,
+            };
+            return (Outcome::Err(e), true);
+        }
+        if tripped == Trip::Cancel {
+            return (Outcome::Err(Error::Cancelled), true);
+        }
+        if rc == ffi::LUA_ERRMEM {
+            if let Some(bytes) = self.memory_limit {
+                let e = Error::MemoryLimit {
+                    chunk: chunk.into(),
+                    function: function.into(),
+                    bytes,
+                };
+                return (Outcome::Err(e), true);
+            }
+        }
+        let message = match self.st.to_bytes(-1) {
+            Some(m) => String::from_utf8_lossy(m).into_owned(),
+            None if rc == ffi::LUA_ERRMEM => "not enough memory".into(),
+            None => format!("(error object is a {} value)", self.st.type_name(-1)),
+        };
+        (Outcome::Err(runtime(message)), false)
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        LIMITS.with(|l| {
+            if l.get() == &*self.limits as *const Limits {
+                l.set(std::ptr::null());
+            }
+        });
+    }
+}
+
+/// Adds the child's traceback to an error message (non-string errors are described).
+const MESSAGE_HANDLER: ffi::lua_CFunction = crate::lua::c_function(message_handler);
+unsafe extern "C-unwind" fn message_handler(l: *mut ffi::lua_State) -> isize {
+    // SAFETY: Lua calls the handler with its own live state on this thread.
+    let st = unsafe { State::from_raw(l) };
+    if st.type_of(1) != crate::lua::TSTRING {
+        let what = st.type_name(1);
+        st.set_top(0);
+        st.push_str("(error object is a ");
+        st.push_str(what);
+        st.push_str(" value)");
+        // SAFETY: three strings are on the stack.
+        unsafe { ffi::lua_concat(l, 3) };
+    }
+    if !st.check_stack(ffi::LUA_TRACEBACK_STACK) {
+        return 1;
+    }
+    // SAFETY: slot 1 holds a string (Lua strings are NUL-terminated and stay alive on the stack
+    // during the call); luaL_traceback pushes the message with the traceback appended.
+    unsafe {
+        let msg: *const c_char = ffi::lua_tolstring(l, 1, std::ptr::null_mut());
+        ffi::luaL_traceback(l, l, msg, 1);
+    }
+    1
+}
+
+/// Runs one call inside the child's protected call: finds the function, pushes the arguments,
+/// calls it and returns all its results.
+const TRAMPOLINE_FN: ffi::lua_CFunction = crate::lua::c_function(trampoline);
+unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
+    // SAFETY: Lua calls the trampoline with its own live state on this thread.
+    let st = unsafe { State::from_raw(l) };
+    // SAFETY: `Child::call` pushed a pointer to a `RunCtx` that outlives this protected call.
+    let ctx = unsafe { &mut *(st.to_userdata(1) as *mut RunCtx) };
+    st.set_top(0);
+    // SAFETY: `RunCtx` points at the call's buffers, which the worker keeps alive and unchanged
+    // during the call.
+    let (args, func) = unsafe {
+        (
+            std::slice::from_raw_parts(ctx.args, ctx.args_len),
+            std::slice::from_raw_parts(ctx.func, ctx.func_len),
+        )
+    };
+    let chunks = ffi::lua_upvalueindex(1);
+    // the table the chunk returned first, then the globals
+    let returned_table = st.raw_geti(chunks, ctx.chunk_id) == TTABLE;
+    if returned_table {
+        get_field(st, func);
+        if st.type_of(-1) == TNIL {
+            st.set_top(0);
+        }
+    } else {
+        st.set_top(0);
+    }
+    if st.top() == 0 {
+        st.push_globals();
+        get_field(st, func);
+    }
+    st.remove(1);
+    let global = !returned_table;
+    if !is_callable(st, 1) {
+        ctx.failure = Failure::NoFunction { global };
+        return 0;
+    }
+    let nargs = match value::push_values(st, args) {
+        Ok(n) => n,
+        Err(c) => {
+            ctx.failure = Failure::Corrupt(c.0);
+            return 0;
+        }
+    };
+    // SAFETY: the function and `nargs` arguments are on the stack; errors propagate to the
+    // enclosing `lua_pcall` (see above).
+    unsafe { ffi::lua_call(l, nargs, ffi::LUA_MULTRET) };
+    st.top() as isize
+}
+
+/// Replaces the table on top with `table[name]` (metamethods allowed: inside the protected call).
+fn get_field(st: State, name: &[u8]) {
+    st.push_bytes(name);
+    // SAFETY: table at -2, key on top; an error raised by an `__index` metamethod is caught by
+    // the enclosing `lua_pcall`, and no Rust value with a destructor lives in the calling frames.
+    unsafe { ffi::lua_gettable(st.as_ptr(), -2) };
+}
+
+fn is_callable(st: State, idx: c_int) -> bool {
+    match st.type_of(idx) {
+        TFUNCTION => true,
+        TNIL => false,
+        _ => {
+            if !st.get_metatable(idx) {
+                return false;
+            }
+            let t = st.raw_get_str(-1, "__call");
+            st.pop(2);
+            t != TNIL
+        }
+    }
+}
+
+/// The count hook behind `time_limit` and cancelling running calls.
+unsafe extern "C-unwind" fn limit_hook(l: *mut ffi::lua_State, _ar: *mut ffi::lua_Debug) {
+    let trip = LIMITS.with(|c| {
+        let p = c.get();
+        if p.is_null() {
+            return Trip::None;
+        }
+        // SAFETY: `LIMITS` points at the running child's `Limits` while a call is armed, and is
+        // reset before that child is dropped; the hook runs on the child's own thread.
+        let lim = unsafe { &*p };
+        if lim.tripped.get() != Trip::None {
+            return lim.tripped.get();
+        }
+        let interrupt = lim.interrupt.get();
+        // SAFETY: the interrupt flag belongs to the call being run, alive while it is armed.
+        if !interrupt.is_null() && unsafe { (*interrupt).load(Ordering::Relaxed) } {
+            lim.tripped.set(Trip::Cancel);
+        } else if lim.deadline.get().is_some_and(|d| Instant::now() >= d) {
+            lim.tripped.set(Trip::Time);
+        }
+        lim.tripped.get()
+    });
+    let msg: &'static str = match trip {
+        Trip::None => return,
+        Trip::Time => "vmpool: time limit exceeded",
+        Trip::Cancel => "vmpool: call was cancelled",
+    };
+    // SAFETY: from now on the hook fires on every instruction, so a script that catches the error
+    // with pcall is stopped again at its next instruction until the error reaches our own
+    // `lua_pcall`. Nothing in this frame has a destructor when `lua_error` jumps out of it.
+    unsafe {
+        ffi::lua_sethook(l, Some(limit_hook), ffi::LUA_MASKCOUNT, 1);
+        ffi::lua_pushlstring(l, msg.as_ptr() as *const c_char, msg.len());
+        ffi::lua_error(l);
+    }
+}

@@ -1,0 +1,86 @@
+//! Compiled chunks: Lua source compiled once in the host, shipped as bytecode to every state.
+//!
+//! A state loads a chunk the first time it runs a call into it and keeps it (keyed by the chunk's
+//! id). Recompiling a name creates a new chunk with a new id, so later calls load the new version;
+//! states drop versions that are no longer registered when they notice the registry changed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::lua::State;
+use crate::Error;
+
+/// One compiled version of a named chunk.
+#[derive(Debug)]
+pub struct Chunk {
+    /// Unique within the process; never reused.
+    pub id: u64,
+    pub name: String,
+    pub bytecode: Box<[u8]>,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+impl Chunk {
+    /// Compiles `source` in the host state `st` (syntax errors surface here) and dumps it.
+    pub fn compile(st: State, name: &str, source: &[u8]) -> Result<Chunk, Error> {
+        let top = st.top();
+        if !st.check_stack(2) {
+            return Err(Error::Internal("no Lua stack space to compile".into()));
+        }
+        let rc = st.load_text(source, name);
+        if rc != 0 {
+            let message =
+                String::from_utf8_lossy(st.to_bytes(-1).unwrap_or(b"unknown error")).into_owned();
+            st.set_top(top);
+            return Err(Error::Syntax {
+                chunk: name.to_string(),
+                message,
+            });
+        }
+        let bytecode = st.dump();
+        st.set_top(top);
+        let bytecode =
+            bytecode.ok_or_else(|| Error::Internal(format!("cannot dump chunk '{name}'")))?;
+        Ok(Chunk {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            name: name.to_string(),
+            bytecode: bytecode.into_boxed_slice(),
+        })
+    }
+}
+
+/// The chunks a pool knows, by name. Changed only by the host (`compile`, `unload`); states read
+/// the set of live ids when `epoch` moves.
+#[derive(Default)]
+pub struct Registry {
+    by_name: HashMap<Vec<u8>, Arc<Chunk>>,
+}
+
+impl Registry {
+    pub fn get(&self, name: &[u8]) -> Option<&Arc<Chunk>> {
+        self.by_name.get(name)
+    }
+
+    /// Registers `chunk`, replacing any chunk of the same name.
+    pub fn insert(&mut self, chunk: Arc<Chunk>) {
+        self.by_name.insert(chunk.name.as_bytes().to_vec(), chunk);
+    }
+
+    pub fn remove(&mut self, name: &[u8]) -> bool {
+        self.by_name.remove(name).is_some()
+    }
+
+    pub fn contains_id(&self, id: u64) -> bool {
+        self.by_name.values().any(|c| c.id == id)
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_name.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+}

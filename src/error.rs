@@ -1,0 +1,131 @@
+//! The one error type. Every variant renders as a message that starts with `vmpool:`, says what went
+//! wrong and what to do about it; that text is exactly what Lua callers see.
+
+use std::fmt;
+
+/// Everything that can go wrong in a pool, as seen by a caller.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Error {
+    /// A bad option to `vmpool.new` (or another bad argument to an API function).
+    BadArgument(String),
+    /// `compile` was given source that does not compile.
+    Syntax { chunk: String, message: String },
+    /// `invoke` named a chunk that was never compiled (or was unloaded).
+    UnknownChunk(String),
+    /// The chunk has no function of that name.
+    NoFunction {
+        chunk: String,
+        function: String,
+        global: bool,
+    },
+    /// The chunk's top level raised an error while a state loaded it.
+    ChunkLoad { chunk: String, message: String },
+    /// `init` failed in a new state.
+    Init(String),
+    /// The child's function raised an error; `message` includes the child's traceback.
+    Runtime {
+        chunk: String,
+        function: String,
+        message: String,
+    },
+    /// An argument or result cannot cross between states.
+    Unsupported(String),
+    /// The call ran past `time_limit`.
+    TimeLimit {
+        chunk: String,
+        function: String,
+        seconds: f64,
+    },
+    /// The state ran past `memory_limit`.
+    MemoryLimit {
+        chunk: String,
+        function: String,
+        bytes: usize,
+    },
+    /// The call was cancelled before it ran, or interrupted while running.
+    Cancelled,
+    /// The pool is closed.
+    Closed,
+    /// Every state is busy and the pool may neither grow nor wait (`blocking = false`).
+    Exhausted { states: usize },
+    /// `max_waiting` callers are already queued.
+    QueueFull { max_waiting: usize },
+    /// No state became free within `acquire_timeout`.
+    AcquireTimeout { seconds: f64 },
+    /// `fut:wait(timeout)` gave up before the call finished.
+    WaitTimeout { seconds: f64 },
+    /// The pool belongs to another process (it was created before a `fork`).
+    WrongProcess { pid: u32 },
+    /// A state or thread could not be created.
+    Spawn(String),
+    /// Anything else that should not happen.
+    Internal(String),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::BadArgument(m) => write!(f, "vmpool: {m}"),
+            Error::Syntax { chunk, message } => write!(
+                f,
+                "vmpool: cannot compile chunk '{chunk}': {message} (fix the Lua source and compile again)"
+            ),
+            Error::UnknownChunk(name) => write!(
+                f,
+                "vmpool: unknown chunk '{name}' (compile it first with pool:compile(name, source))"
+            ),
+            Error::NoFunction { chunk, function, global: false } => write!(
+                f,
+                "vmpool: chunk '{chunk}' has no function '{function}' (neither the table it returned nor the globals have one; check the name)"
+            ),
+            Error::NoFunction { chunk, function, global: true } => write!(
+                f,
+                "vmpool: chunk '{chunk}' has no function '{function}' (it returned no table and defines no such global; check the name)"
+            ),
+            Error::ChunkLoad { chunk, message } => {
+                write!(f, "vmpool: chunk '{chunk}' failed while a state ran its top level: {message}")
+            }
+            Error::Init(m) => write!(f, "vmpool: the init code failed in a new state: {m}"),
+            Error::Runtime { chunk, function, message } => {
+                write!(f, "vmpool: error in {chunk}:{function}: {message}")
+            }
+            Error::Unsupported(m) => write!(f, "vmpool: {m}"),
+            Error::TimeLimit { chunk, function, seconds } => write!(
+                f,
+                "vmpool: time limit exceeded: {chunk}:{function} ran longer than {seconds}s (the state was replaced; raise time_limit or make the call shorter)"
+            ),
+            Error::MemoryLimit { chunk, function, bytes } => write!(
+                f,
+                "vmpool: memory limit exceeded: {chunk}:{function} needed more than {bytes} bytes (the state was replaced; raise memory_limit or use less memory)"
+            ),
+            Error::Cancelled => write!(f, "vmpool: call was cancelled"),
+            Error::Closed => write!(f, "vmpool: pool is closed (create a new pool with vmpool.new)"),
+            Error::Exhausted { states } => write!(
+                f,
+                "vmpool: pool exhausted: all {states} states are busy and blocking = false (raise core or max_noncore, or set blocking = true)"
+            ),
+            Error::QueueFull { max_waiting } => write!(
+                f,
+                "vmpool: queue full: {max_waiting} callers are already waiting for a state (raise max_waiting or the pool size)"
+            ),
+            Error::AcquireTimeout { seconds } => write!(
+                f,
+                "vmpool: timed out after {seconds}s waiting for a free state (raise acquire_timeout, core or max_noncore)"
+            ),
+            Error::WaitTimeout { seconds } => write!(
+                f,
+                "vmpool: timed out after {seconds}s waiting for the call to finish (it is still running; wait again or cancel it)"
+            ),
+            Error::WrongProcess { pid } => write!(
+                f,
+                "vmpool: pool was created in another process (pid {pid}); create pools in the process that uses them (in OpenResty: in init_worker_by_lua or lazily, not in init_by_lua)"
+            ),
+            Error::Spawn(m) => write!(f, "vmpool: cannot create a pool state: {m}"),
+            Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T> = std::result::Result<T, Error>;

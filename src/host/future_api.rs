@@ -1,0 +1,193 @@
+//! Futures: what `pool:submit` returns. `fut:ready()`, `fut:wait([timeout])`, `fut:cancel()`, and
+//! the hooks schedulers use: `fut:pollfd()` / `fut:events()` / `fut:timeout()` (cqueues' polling
+//! protocol, also usable with luv's `uv.new_poll`) and `fut:_subscribe(notifier, token)`.
+
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::call::{Call, RUNNING};
+use crate::host::notifier_api::NotifierHandle;
+use crate::host::pool_api::{push_outcome, RESULT_WAIT};
+use crate::host::userdata::{self, UV_FUTURE, UV_NOTIFIER};
+use crate::lua::{State, TNIL, TNONE, TNUMBER};
+use crate::notify::{PollSignal, Subscriber};
+use crate::pool::Pool;
+use crate::Error;
+
+pub struct FutureHandle {
+    call: Arc<Call>,
+    pool: Arc<Pool>,
+    /// The pool's poll signal, once `pollfd()` subscribed this future to it.
+    poll: Option<Arc<PollSignal>>,
+    /// Whether the owner has seen this (subscribed) future finished: it no longer keeps the poll
+    /// descriptor readable.
+    claimed: bool,
+}
+
+impl FutureHandle {
+    pub fn new(call: Arc<Call>, pool: Arc<Pool>) -> FutureHandle {
+        FutureHandle {
+            call,
+            pool,
+            poll: None,
+            claimed: false,
+        }
+    }
+
+    fn done(&mut self) -> bool {
+        let done = self.call.is_done();
+        if done && !self.claimed {
+            self.claimed = true;
+            if let Some(p) = &self.poll {
+                p.claim();
+            }
+        }
+        done
+    }
+}
+
+impl Drop for FutureHandle {
+    fn drop(&mut self) {
+        if let Some(p) = self.poll.take() {
+            if !self.claimed {
+                // finished or not, this future will not be looked at again: balance its signal
+                if !self.call.unsubscribe() {
+                    p.claim();
+                }
+            }
+        }
+    }
+}
+
+fn handle<'a>(st: State) -> Result<&'a mut FutureHandle, Error> {
+    userdata::get::<FutureHandle>(st, 1, UV_FUTURE)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument(
+                "expected a future as first argument (call it as fut:method(...))".into(),
+            )
+        })
+}
+
+crate::lua_function!(pub fn ready => ready_impl);
+fn ready_impl(st: State) -> Result<c_int, Error> {
+    let done = handle(st)?.done();
+    st.push_bool(done);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn wait => wait_impl);
+fn wait_impl(st: State) -> Result<c_int, Error> {
+    let f = handle(st)?;
+    let timeout = match st.type_of(2) {
+        TNIL | TNONE => None,
+        TNUMBER if st.to_number(2) >= 0.0 => {
+            let secs = st.to_number(2);
+            if secs.is_infinite() {
+                None
+            } else {
+                Some(Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX))
+            }
+        }
+        _ => {
+            return Err(Error::BadArgument(format!(
+                "bad argument #1 to 'wait': expected a timeout in seconds (non-negative number) or nothing, got {}",
+                st.type_name(2)
+            )))
+        }
+    };
+    if !f.call.is_done() {
+        f.pool.check_process()?;
+        let deadline = crate::call::deadline_after(timeout);
+        let done = RESULT_WAIT.with(|spin| f.call.wait(deadline, spin));
+        if !done {
+            let seconds = timeout.map_or(f64::INFINITY, |d| d.as_secs_f64());
+            st.set_top(0);
+            st.push_nil();
+            st.push_str(&Error::WaitTimeout { seconds }.to_string());
+            return Ok(2);
+        }
+    }
+    f.done();
+    st.set_top(0);
+    push_outcome(st, &f.call)
+}
+
+crate::lua_function!(pub fn cancel => cancel_impl);
+fn cancel_impl(st: State) -> Result<c_int, Error> {
+    let f = handle(st)?;
+    let cancelled = f.pool.cancel(&f.call);
+    if !cancelled && f.call.phase() == RUNNING {
+        // interrupted at the child's next hook check (pools with a time_limit)
+        f.call.interrupt.store(true, Ordering::Relaxed);
+    }
+    st.push_bool(cancelled);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn pollfd => pollfd_impl);
+fn pollfd_impl(st: State) -> Result<c_int, Error> {
+    let f = handle(st)?;
+    if f.poll.is_none() {
+        let signal = f
+            .pool
+            .poll_signal()
+            .map_err(|e| Error::Internal(format!("cannot create an eventfd: {e}")))?;
+        if f.call.subscribe(Subscriber::Poll(signal.clone())) {
+            f.poll = Some(signal.clone());
+        }
+        st.push_integer(signal.fd() as i64);
+        return Ok(1);
+    }
+    let fd = f.poll.as_ref().map(|p| p.fd()).unwrap_or(-1);
+    st.push_integer(fd as i64);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn subscribe => subscribe_impl);
+fn subscribe_impl(st: State) -> Result<c_int, Error> {
+    let f = handle(st)?;
+    let notifier = userdata::get::<NotifierHandle>(st, 2, UV_NOTIFIER)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument("bad argument #1 to '_subscribe': expected a notifier".into())
+        })?
+        .notifier
+        .clone();
+    if st.type_of(3) != TNUMBER {
+        return Err(Error::BadArgument(
+            "bad argument #2 to '_subscribe': expected a token (number)".into(),
+        ));
+    }
+    let token = st.to_number(3) as u64;
+    let subscribed = f.call.subscribe(Subscriber::Queue { notifier, token });
+    st.push_bool(subscribed);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn gc => gc_impl);
+fn gc_impl(st: State) -> Result<c_int, Error> {
+    userdata::finalize::<FutureHandle>(st, 1, UV_FUTURE);
+    Ok(0)
+}
+
+crate::lua_function!(pub fn tostring => tostring_impl);
+fn tostring_impl(st: State) -> Result<c_int, Error> {
+    let text = match userdata::get::<FutureHandle>(st, 1, UV_FUTURE).and_then(|b| b.get()) {
+        Some(f) => {
+            let phase = match f.call.phase() {
+                crate::call::QUEUED => "queued",
+                crate::call::ASSIGNED => "assigned",
+                crate::call::RUNNING => "running",
+                crate::call::DONE => "done",
+                _ => "finishing",
+            };
+            format!("vmpool.future ({phase})")
+        }
+        None => "vmpool.future (finalized)".into(),
+    };
+    st.push_str(&text);
+    Ok(1)
+}

@@ -1,0 +1,132 @@
+//! The module as the host Lua sees it: `luaopen_vmpool` builds the metatables of the pool, future
+//! and notifier types, the native functions, and then runs the Lua half of the module
+//! (`src/lua/vmpool.lua`: `co_invoke`, `vmpool.run`, `vmpool.spawn`) over them.
+
+pub mod future_api;
+pub mod notifier_api;
+pub mod options;
+pub mod pool_api;
+pub mod userdata;
+
+use std::ffi::c_int;
+
+use mlua::ffi;
+
+use crate::lua::State;
+use crate::Error;
+
+/// The Lua half of the module, compiled into the library.
+const GLUE: &str = include_str!("../lua/vmpool.lua");
+
+type Methods = &'static [(&'static str, ffi::lua_CFunction)];
+
+const POOL_METHODS: Methods = &[
+    ("compile", pool_api::compile),
+    ("invoke", pool_api::invoke),
+    ("submit", pool_api::submit),
+    ("unload", pool_api::unload),
+    ("stats", pool_api::stats),
+    ("close", pool_api::close),
+];
+const POOL_META: Methods = &[
+    ("__gc", pool_api::gc),
+    ("__close", pool_api::close),
+    ("__tostring", pool_api::tostring),
+];
+const FUTURE_METHODS: Methods = &[
+    ("ready", future_api::ready),
+    ("wait", future_api::wait),
+    ("cancel", future_api::cancel),
+    ("pollfd", future_api::pollfd),
+    ("_subscribe", future_api::subscribe),
+];
+const FUTURE_META: Methods = &[
+    ("__gc", future_api::gc),
+    ("__tostring", future_api::tostring),
+];
+const NOTIFIER_METHODS: Methods = &[("wait", notifier_api::wait), ("drain", notifier_api::drain)];
+const NOTIFIER_META: Methods = &[("__gc", notifier_api::gc)];
+const FUNCTIONS: Methods = &[
+    ("new", pool_api::new_pool),
+    ("clock", clock),
+    ("_notifier", notifier_api::new_notifier),
+];
+
+crate::lua_function!(fn clock => clock_impl);
+/// `vmpool.clock()`: seconds on a monotonic clock (for timing; plain Lua has only `os.time`).
+fn clock_impl(st: State) -> Result<c_int, Error> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    st.push_number(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9);
+    Ok(1)
+}
+
+/// `require "vmpool"`: the body of `luaopen_vmpool`.
+pub fn open(st: State) -> Result<c_int, Error> {
+    crate::abi::check_host()?;
+    crate::sys::fork_generation();
+    if !st.check_stack(16) {
+        return Err(Error::Internal(
+            "no Lua stack space to open the module".into(),
+        ));
+    }
+    st.set_top(0);
+    // slots 1..3: the metatables every function closes over (see userdata.rs)
+    for name in ["vmpool.pool", "vmpool.future", "vmpool.notifier"] {
+        st.create_table(0, 6);
+        st.push_str(name);
+        st.raw_set_str(-2, "__name");
+    }
+    let native = 4;
+    st.create_table(0, 8);
+    let types: [(&str, c_int, Methods, Methods); 3] = [
+        ("pool_methods", 1, POOL_METHODS, POOL_META),
+        ("future_methods", 2, FUTURE_METHODS, FUTURE_META),
+        ("notifier_methods", 3, NOTIFIER_METHODS, NOTIFIER_META),
+    ];
+    for (field, mt, methods, meta) in types {
+        st.create_table(0, methods.len() as c_int);
+        set_closures(st, methods);
+        st.push_value(-1);
+        st.raw_set_str(mt, "__index");
+        st.raw_set_str(native, field);
+        st.push_value(mt);
+        set_closures(st, meta);
+        st.pop(1);
+    }
+    set_closures(st, FUNCTIONS);
+    st.push_str(crate::VERSION);
+    st.raw_set_str(native, "_VERSION");
+    st.push_str(crate::abi::RUNTIME);
+    st.raw_set_str(native, "runtime");
+
+    if st.load_text(GLUE.as_bytes(), "vmpool.lua") != 0 {
+        return Err(Error::Internal(format!(
+            "the module's Lua part does not compile: {}",
+            String::from_utf8_lossy(st.to_bytes(-1).unwrap_or_default())
+        )));
+    }
+    st.push_value(native);
+    if st.pcall(1, 1, 0) != 0 {
+        return Err(Error::Internal(format!(
+            "the module's Lua part failed: {}",
+            String::from_utf8_lossy(st.to_bytes(-1).unwrap_or_default())
+        )));
+    }
+    Ok(1)
+}
+
+/// Sets each function as a closure over the three metatables into the table on top.
+fn set_closures(st: State, fns: Methods) {
+    for &(name, f) in fns {
+        for mt in 1..=userdata::NUM_UPVALUES {
+            st.push_value(mt);
+        }
+        st.push_cclosure(f, userdata::NUM_UPVALUES);
+        st.raw_set_str(-2, name);
+    }
+}

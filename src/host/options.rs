@@ -1,0 +1,201 @@
+//! `vmpool.new{...}`: reading the options table into a [`Config`], with an error that names the
+//! option and what was expected for anything unknown or mistyped.
+
+use std::ffi::c_int;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
+use crate::Error;
+
+const KNOWN: &[&str] = &[
+    "core",
+    "max_noncore",
+    "blocking",
+    "acquire_timeout",
+    "idle_timeout",
+    "init",
+    "time_limit",
+    "memory_limit",
+    "max_waiting",
+    "jit",
+];
+
+/// Reads the options at `idx` (a table, or nil/none for the defaults).
+pub fn parse(st: State, idx: c_int) -> Result<Config, Error> {
+    let mut cfg = Config::default();
+    match st.type_of(idx) {
+        TNIL | crate::lua::TNONE => {}
+        TTABLE => read_table(st, st.abs_index(idx), &mut cfg)?,
+        _ => {
+            return Err(Error::BadArgument(format!(
+                "vmpool.new expects a table of options or nothing (got {})",
+                st.type_name(idx)
+            )))
+        }
+    }
+    read_package_paths(st, &mut cfg);
+    Ok(cfg)
+}
+
+fn read_table(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
+    let top = st.top();
+    let result = read_fields(st, t, cfg);
+    st.set_top(top);
+    result?;
+    let jit_given = {
+        let ty = st.raw_get_str(t, "jit");
+        st.pop(1);
+        ty != TNIL
+    };
+    if !jit_given {
+        cfg.jit = cfg.time_limit.is_none();
+    } else if cfg!(feature = "luajit") && cfg.jit && cfg.time_limit.is_some() {
+        return Err(Error::BadArgument(
+            "option 'time_limit' to vmpool.new needs jit = false on LuaJIT (compiled loops do not run the hook that enforces it); leave 'jit' unset or set it to false".into(),
+        ));
+    }
+    Ok(())
+}
+
+fn read_fields(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
+    if !st.check_stack(4) {
+        return Err(Error::Internal("no Lua stack space".into()));
+    }
+    st.push_nil();
+    while st.next(t) {
+        let name = match st.to_bytes(-2).and_then(|b| std::str::from_utf8(b).ok()) {
+            Some(n) if KNOWN.contains(&n) => n,
+            Some(n) => {
+                return Err(Error::BadArgument(format!(
+                    "unknown option '{n}' to vmpool.new (known options: {})",
+                    KNOWN.join(", ")
+                )))
+            }
+            None => {
+                return Err(Error::BadArgument(format!(
+                    "vmpool.new options must have string keys (got a {} key)",
+                    st.type_name(-2)
+                )))
+            }
+        };
+        let v = Field { st, name };
+        match name {
+            "core" => cfg.core = v.count(false)?,
+            "max_noncore" => cfg.max_noncore = v.count(true)?,
+            "blocking" => cfg.blocking = v.boolean()?,
+            "acquire_timeout" => cfg.acquire_timeout = v.seconds()?,
+            "idle_timeout" => cfg.idle_timeout = v.seconds()?,
+            "init" => cfg.init = Some(v.string()?),
+            "time_limit" => {
+                cfg.time_limit = v.seconds()?.filter(|d| !d.is_zero()).or(v.huge_as_max()?)
+            }
+            "memory_limit" => cfg.memory_limit = Some(v.count(false)?).filter(|&n| n > 0),
+            "max_waiting" => cfg.max_waiting = v.count(true)?,
+            "jit" => cfg.jit = v.boolean()?,
+            _ => unreachable!("checked against KNOWN"),
+        }
+        st.pop(1);
+    }
+    Ok(())
+}
+
+/// The value of one option, at the top of the stack.
+struct Field<'n> {
+    st: State,
+    name: &'n str,
+}
+
+impl Field<'_> {
+    fn wrong(&self, expected: &str) -> Error {
+        Error::BadArgument(format!(
+            "option '{}' to vmpool.new must be {expected} (got {})",
+            self.name,
+            self.st.type_name(-1)
+        ))
+    }
+
+    fn number(&self, expected: &str) -> Result<f64, Error> {
+        if self.st.type_of(-1) != TNUMBER {
+            return Err(self.wrong(expected));
+        }
+        let n = self.st.to_number(-1);
+        if n.is_nan() || n < 0.0 {
+            return Err(Error::BadArgument(format!(
+                "option '{}' to vmpool.new must be {expected} (got {n})",
+                self.name
+            )));
+        }
+        Ok(n)
+    }
+
+    /// A non-negative integer; `math.huge` allowed (as "unlimited") when `huge_ok`.
+    fn count(&self, huge_ok: bool) -> Result<usize, Error> {
+        let expected = if huge_ok {
+            "a non-negative integer or math.huge"
+        } else {
+            "a non-negative integer"
+        };
+        let n = self.number(expected)?;
+        if n.is_infinite() && huge_ok {
+            return Ok(usize::MAX);
+        }
+        if n.is_infinite() || n.fract() != 0.0 || n > usize::MAX as f64 {
+            return Err(Error::BadArgument(format!(
+                "option '{}' to vmpool.new must be {expected} (got {n})",
+                self.name
+            )));
+        }
+        Ok(n as usize)
+    }
+
+    /// Seconds as a duration; `math.huge` is `None` (no limit).
+    fn seconds(&self) -> Result<Option<Duration>, Error> {
+        let n = self.number("a non-negative number of seconds or math.huge")?;
+        if n.is_infinite() {
+            return Ok(None);
+        }
+        Duration::try_from_secs_f64(n)
+            .map(Some)
+            .map_err(|_| self.wrong("a non-negative number of seconds or math.huge"))
+    }
+
+    /// For `time_limit`: `math.huge` means "no deadline, but keep the hook" (running calls can
+    /// then be interrupted by `fut:cancel()`).
+    fn huge_as_max(&self) -> Result<Option<Duration>, Error> {
+        Ok((self.st.to_number(-1).is_infinite()).then_some(Duration::MAX))
+    }
+
+    fn boolean(&self) -> Result<bool, Error> {
+        if self.st.type_of(-1) != TBOOLEAN {
+            return Err(self.wrong("a boolean"));
+        }
+        Ok(self.st.to_boolean(-1))
+    }
+
+    fn string(&self) -> Result<Vec<u8>, Error> {
+        match self.st.to_bytes(-1) {
+            Some(b) if self.st.type_of(-1) == TSTRING => Ok(b.to_vec()),
+            _ => Err(self.wrong("a string of Lua source")),
+        }
+    }
+}
+
+/// Children get the host's `package.path` and `package.cpath`, so `require` in `init` finds what
+/// the host finds.
+fn read_package_paths(st: State, cfg: &mut Config) {
+    let top = st.top();
+    if st.check_stack(3) {
+        st.push_globals();
+        if st.raw_get_str(-1, "package") == TTABLE {
+            if st.raw_get_str(-1, "path") == TSTRING {
+                cfg.package_path = st.to_bytes(-1).map(|b| b.to_vec());
+            }
+            st.pop(1);
+            if st.raw_get_str(-1, "cpath") == TSTRING {
+                cfg.package_cpath = st.to_bytes(-1).map(|b| b.to_vec());
+            }
+        }
+    }
+    st.set_top(top);
+}

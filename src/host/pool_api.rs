@@ -1,0 +1,283 @@
+//! The pool object the host sees: `vmpool.new`, `pool:compile`, `pool:invoke`, `pool:submit`,
+//! `pool:unload`, `pool:stats`, `pool:close`.
+
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::call::{Call, Outcome};
+use crate::chunk::Chunk;
+use crate::host::future_api::FutureHandle;
+use crate::host::userdata::{self, UV_FUTURE, UV_POOL};
+use crate::lua::State;
+use crate::pool::Pool;
+use crate::spin::AdaptiveSpin;
+use crate::value::{self, Role};
+use crate::Error;
+
+/// Most a blocking caller spins for a result before parking.
+const RESULT_SPIN: Duration = Duration::from_micros(50);
+
+thread_local! {
+    /// The host thread's spin budget for waiting on results (one per OS thread, shared by its pools).
+    pub static RESULT_WAIT: AdaptiveSpin = AdaptiveSpin::new(RESULT_SPIN, false);
+}
+
+/// What the pool userdata holds.
+pub struct PoolHandle {
+    pub pool: Arc<Pool>,
+    /// The chunk named by the last call, valid while the registry epoch is unchanged.
+    last_chunk: Option<(u64, Arc<Chunk>)>,
+    /// Finished calls ready for reuse, so a call allocates nothing in the steady state.
+    spare: Vec<Arc<Call>>,
+    closed: bool,
+    pub poll: Option<Arc<crate::notify::PollSignal>>,
+}
+
+/// Keep at most this many spare calls per pool.
+const MAX_SPARE: usize = 64;
+
+impl PoolHandle {
+    fn check(&self) -> Result<(), Error> {
+        if self.closed {
+            return Err(Error::Closed);
+        }
+        self.pool.check_process()
+    }
+
+    fn chunk(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
+        let epoch = self.pool.chunk_epoch.load(Ordering::Acquire);
+        if let Some((e, c)) = &self.last_chunk {
+            if *e == epoch && c.name.as_bytes() == name {
+                return Ok(c.clone());
+            }
+        }
+        let chunk = self
+            .pool
+            .chunks
+            .lock()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownChunk(String::from_utf8_lossy(name).into_owned()))?;
+        self.last_chunk = Some((epoch, chunk.clone()));
+        Ok(chunk)
+    }
+
+    /// Builds a call from `pool:METHOD(chunk, fn, ...)` arguments at stack slots 2.. .
+    pub fn prepare(&mut self, st: State, method: &str) -> Result<Arc<Call>, Error> {
+        self.check()?;
+        let name = st
+            .to_bytes(2)
+            .ok_or_else(|| bad_arg(st, 2, method, "a chunk name (string)"))?;
+        let func = st
+            .to_bytes(3)
+            .ok_or_else(|| bad_arg(st, 3, method, "a function name (string)"))?;
+        let chunk = self.chunk(name)?;
+        let mut call = self.spare.pop().unwrap_or_default();
+        let encoded = match Arc::get_mut(&mut call) {
+            Some(c) => {
+                let d = c.data.get_mut();
+                d.func.extend_from_slice(func);
+                d.chunk = Some(chunk);
+                value::encode_values(st, 4, st.top() - 3, &mut d.buf, Role::Argument(func))
+            }
+            None => Err(Error::Internal("a spare call was shared".into())),
+        };
+        match encoded {
+            Ok(()) => Ok(call),
+            Err(e) => {
+                self.recycle(call);
+                Err(e)
+            }
+        }
+    }
+
+    /// Gives a finished call back for reuse (only if nobody else holds it any more).
+    pub fn recycle(&mut self, mut call: Arc<Call>) {
+        if self.spare.len() < MAX_SPARE {
+            if let Some(c) = Arc::get_mut(&mut call) {
+                c.reset();
+                self.spare.push(call);
+            }
+        }
+    }
+}
+
+fn bad_arg(st: State, idx: c_int, method: &str, expected: &str) -> Error {
+    Error::BadArgument(format!(
+        "bad argument #{} to '{method}': expected {expected}, got {}",
+        idx - 1,
+        st.type_name(idx)
+    ))
+}
+
+/// Pushes the results of a finished call (or returns its error).
+pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
+    let d = call.data.lock();
+    match &d.outcome {
+        Outcome::Ok => value::push_values(st, &d.buf)
+            .map_err(|c| Error::Internal(format!("cannot decode results: {}", c.0))),
+        Outcome::Err(e) => Err(e.clone()),
+        Outcome::Pending => Err(Error::Internal(
+            "outcome read before the call finished".into(),
+        )),
+    }
+}
+
+fn handle<'a>(st: State) -> Result<&'a mut PoolHandle, Error> {
+    userdata::get::<PoolHandle>(st, 1, UV_POOL)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument(
+                "expected a pool as first argument (call it as pool:method(...))".into(),
+            )
+        })
+}
+
+crate::lua_function!(pub fn new_pool => new_pool_impl);
+fn new_pool_impl(st: State) -> Result<c_int, Error> {
+    let cfg = crate::host::options::parse(st, 1)?;
+    let pool = Pool::new(cfg)?;
+    let h = PoolHandle {
+        pool,
+        last_chunk: None,
+        spare: Vec::new(),
+        closed: false,
+        poll: None,
+    };
+    userdata::push(st, h, UV_POOL);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn compile => compile_impl);
+fn compile_impl(st: State) -> Result<c_int, Error> {
+    let h = handle(st)?;
+    h.check()?;
+    let name = st
+        .to_bytes(2)
+        .ok_or_else(|| bad_arg(st, 2, "compile", "a chunk name (string)"))?;
+    let name = std::str::from_utf8(name)
+        .map_err(|_| Error::BadArgument("chunk names must be UTF-8 text".into()))?
+        .to_string();
+    if name.is_empty() {
+        return Err(Error::BadArgument(
+            "bad argument #1 to 'compile': the chunk name is empty".into(),
+        ));
+    }
+    let source = st
+        .to_bytes(3)
+        .ok_or_else(|| bad_arg(st, 3, "compile", "Lua source (string)"))?;
+    let chunk = Arc::new(Chunk::compile(st, &name, source)?);
+    h.pool.chunks.lock().insert(chunk);
+    h.pool.chunk_epoch.fetch_add(1, Ordering::AcqRel);
+    st.push_bool(true);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn unload => unload_impl);
+fn unload_impl(st: State) -> Result<c_int, Error> {
+    let h = handle(st)?;
+    h.check()?;
+    let name = st
+        .to_bytes(2)
+        .ok_or_else(|| bad_arg(st, 2, "unload", "a chunk name (string)"))?;
+    let removed = h.pool.chunks.lock().remove(name);
+    if removed {
+        h.pool.chunk_epoch.fetch_add(1, Ordering::AcqRel);
+        h.last_chunk = None;
+    }
+    st.push_bool(removed);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn invoke => invoke_impl);
+fn invoke_impl(st: State) -> Result<c_int, Error> {
+    let h = handle(st)?;
+    let call = h.prepare(st, "invoke")?;
+    st.set_top(0);
+    if let Err(e) = h.pool.submit(call.clone()) {
+        h.recycle(call);
+        return Err(e);
+    }
+    RESULT_WAIT.with(|spin| call.wait(None, spin));
+    let result = push_outcome(st, &call);
+    h.recycle(call);
+    result
+}
+
+crate::lua_function!(pub fn submit => submit_impl);
+fn submit_impl(st: State) -> Result<c_int, Error> {
+    let h = handle(st)?;
+    let call = h.prepare(st, "submit")?;
+    st.set_top(0);
+    if let Err(e) = h.pool.submit(call.clone()) {
+        h.recycle(call);
+        return Err(e);
+    }
+    userdata::push(st, FutureHandle::new(call, h.pool.clone()), UV_FUTURE);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn stats => stats_impl);
+fn stats_impl(st: State) -> Result<c_int, Error> {
+    let h = handle(st)?;
+    let s = h.pool.stats();
+    st.create_table(0, 13);
+    let fields: [(&str, u64); 13] = [
+        ("core", s.core as u64),
+        ("noncore", s.noncore as u64),
+        ("idle", s.idle as u64),
+        ("busy", s.busy as u64),
+        ("waiting", s.waiting as u64),
+        ("created", s.created),
+        ("closed", s.closed),
+        ("invokes", s.invokes),
+        ("succeeded", s.succeeded),
+        ("errors", s.errors),
+        ("rejected", s.rejected),
+        ("timeouts", s.timeouts),
+        ("cancelled", s.cancelled),
+    ];
+    for (k, v) in fields {
+        st.push_number(v as f64);
+        st.raw_set_str(-2, k);
+    }
+    Ok(1)
+}
+
+crate::lua_function!(pub fn close => close_impl);
+fn close_impl(st: State) -> Result<c_int, Error> {
+    if let Some(h) = userdata::get::<PoolHandle>(st, 1, UV_POOL).and_then(|b| b.get()) {
+        h.closed = true;
+        h.last_chunk = None;
+        h.spare.clear();
+        h.pool.close();
+    }
+    Ok(0)
+}
+
+crate::lua_function!(pub fn gc => gc_impl);
+fn gc_impl(st: State) -> Result<c_int, Error> {
+    if let Some(h) = userdata::get::<PoolHandle>(st, 1, UV_POOL).and_then(|b| b.get()) {
+        h.pool.close();
+    }
+    userdata::finalize::<PoolHandle>(st, 1, UV_POOL);
+    Ok(0)
+}
+
+crate::lua_function!(pub fn tostring => tostring_impl);
+fn tostring_impl(st: State) -> Result<c_int, Error> {
+    let text = match userdata::get::<PoolHandle>(st, 1, UV_POOL).and_then(|b| b.get()) {
+        Some(h) if !h.closed => {
+            let s = h.pool.stats();
+            format!(
+                "vmpool.pool (core={}, noncore={}, busy={}, waiting={})",
+                s.core, s.noncore, s.busy, s.waiting
+            )
+        }
+        _ => "vmpool.pool (closed)".to_string(),
+    };
+    st.push_str(&text);
+    Ok(1)
+}

@@ -1,0 +1,83 @@
+//! Rust values inside Lua full userdata, type-checked by metatable identity.
+//!
+//! Every C function of the module is a closure over the same upvalues: the metatables of the
+//! pool, future and notifier types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`]). A userdata is of
+//! type T if its metatable is T's (one raw comparison, no registry lookup).
+
+use std::ffi::c_int;
+use std::mem::ManuallyDrop;
+
+use mlua::ffi;
+
+use crate::lua::State;
+
+pub const UV_POOL: c_int = ffi::lua_upvalueindex(1);
+pub const UV_FUTURE: c_int = ffi::lua_upvalueindex(2);
+pub const UV_NOTIFIER: c_int = ffi::lua_upvalueindex(3);
+pub const NUM_UPVALUES: c_int = 3;
+
+/// The block a userdata holds. `live` turns false once `__gc` dropped the value: Lua may still
+/// hand a finalized object to a method (resurrection), which then sees it as closed.
+pub struct Boxed<T> {
+    live: bool,
+    value: ManuallyDrop<T>,
+}
+
+/// Lua guarantees 8-byte alignment for userdata blocks on every supported runtime.
+const MAX_ALIGN: usize = 8;
+
+impl<T> Boxed<T> {
+    pub fn get(&mut self) -> Option<&mut T> {
+        if self.live {
+            Some(&mut self.value)
+        } else {
+            None
+        }
+    }
+}
+
+/// Pushes a new userdata holding `value`, with the metatable at `mt` (usually an upvalue index).
+pub fn push<T>(st: State, value: T, mt: c_int) {
+    const { assert!(std::mem::align_of::<Boxed<T>>() <= MAX_ALIGN) };
+    let p = st.new_userdata(std::mem::size_of::<Boxed<T>>()) as *mut Boxed<T>;
+    // SAFETY: Lua returned a fresh block of the requested size with at least `MAX_ALIGN`
+    // alignment (checked above for `T`).
+    unsafe {
+        p.write(Boxed {
+            live: true,
+            value: ManuallyDrop::new(value),
+        })
+    };
+    st.push_value(mt);
+    st.set_metatable(-2);
+}
+
+/// The `Boxed<T>` at `idx` if its metatable is the one at `mt`.
+///
+/// The reference is valid while the userdata is on the stack (it is an argument of the running C
+/// function); callers take it once per call.
+pub fn get<'a, T>(st: State, idx: c_int, mt: c_int) -> Option<&'a mut Boxed<T>> {
+    if st.type_of(idx) != ffi::LUA_TUSERDATA || !st.get_metatable(idx) {
+        return None;
+    }
+    let same = st.raw_equal(-1, mt);
+    st.pop(1);
+    if !same {
+        return None;
+    }
+    // SAFETY: only `push::<T>` sets this metatable on a userdata, so the block holds a
+    // `Boxed<T>`; the userdata is kept alive by the stack slot `idx`.
+    Some(unsafe { &mut *(st.to_userdata(idx) as *mut Boxed<T>) })
+}
+
+/// Drops the value of the `Boxed<T>` at `idx` (the `__gc` metamethod). Safe to call twice.
+pub fn finalize<T>(st: State, idx: c_int, mt: c_int) {
+    if let Some(b) = get::<T>(st, idx, mt) {
+        if b.live {
+            b.live = false;
+            // SAFETY: `live` was true, so the value was initialized and not dropped yet; it is
+            // never touched again once `live` is false.
+            unsafe { ManuallyDrop::drop(&mut b.value) };
+        }
+    }
+}

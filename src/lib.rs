@@ -1,0 +1,65 @@
+//! # vmpool
+//!
+//! A pool of child Lua states on OS threads for a host Lua program (Lua 5.1, 5.4, LuaJIT,
+//! OpenResty). The host compiles chunks once; each child state loads the bytecode once and keeps
+//! it; `pool:invoke(chunk, fn, ...)` runs `fn` in a free state and returns its results.
+//!
+//! A tour of the crate, in the order a call travels:
+//!
+//! - [`host`]: what Lua sees. `luaopen_vmpool` registers the pool, future and notifier types;
+//!   `pool:invoke` reads its arguments straight off the Lua stack ([`lua`] is the thin layer over
+//!   the C API) and encodes them with [`value`].
+//! - [`call`]: one call's record and the phases it moves through (queued, assigned, running,
+//!   done), with exactly one outcome.
+//! - [`pool`]: the bookkeeping behind the sizing options in [`config`]: core states, non-core
+//!   states up to `max_noncore`, blocking or failing when all are busy, the waiting queue and the
+//!   counters of `pool:stats()`. [`housekeeper`] is the idle check.
+//! - [`worker`]: one OS thread per state, fed through a [`mailbox`]; waiting on either side spins
+//!   briefly and adaptively before parking ([`spin`]).
+//! - [`child`]: the child Lua state itself: chunk loading, the call trampoline, tracebacks, and
+//!   the hook behind `time_limit` and cancellation.
+//! - [`notify`]: completion queues and file descriptors that let schedulers (`vmpool.run`,
+//!   OpenResty, cqueues, luv) sleep until a call finishes.
+//! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
+//!   check at load time, and fork detection.
+//!
+//! Build one cargo feature per runtime (`lua51`, `lua54`, `luajit`) plus `module` for the loadable
+//! library; without `module` the crate links the system Lua, which is how `cargo test` runs.
+
+#[cfg(not(any(feature = "lua51", feature = "lua54", feature = "luajit")))]
+compile_error!("select a Lua runtime: --features lua51, lua54 or luajit");
+
+pub mod abi;
+pub mod call;
+pub mod child;
+pub mod chunk;
+pub mod config;
+pub mod error;
+pub mod host;
+pub mod housekeeper;
+pub mod lua;
+pub mod mailbox;
+pub mod notify;
+pub mod pool;
+pub mod spin;
+pub mod sys;
+pub mod value;
+pub mod worker;
+
+pub use error::{Error, Result};
+
+/// The library version (`vmpool._VERSION`).
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The entry point `require "vmpool"` looks for.
+///
+/// # Safety
+/// Called by Lua's `require` with a live state.
+#[cfg(feature = "module")]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn luaopen_vmpool(l: *mut lua::lua_State) -> isize {
+    // SAFETY: Lua calls this with a live state on the current thread. The `isize` result defines
+    // the whole return register (see `lua::WideCFunction`).
+    let state = unsafe { lua::State::from_raw(l) };
+    lua::run_protected(state, host::open) as isize
+}

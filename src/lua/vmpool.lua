@@ -1,0 +1,159 @@
+-- The Lua half of vmpool, compiled into the library and run once by `require "vmpool"` with the
+-- native table as its argument. It adds what is easiest to say in Lua: the coroutine-aware call
+-- (`pool:co_invoke`) and a small scheduler for plain Lua (`vmpool.run`, `vmpool.spawn`).
+
+local native = ...
+
+local coroutine_running, coroutine_yield = coroutine.running, coroutine.yield
+local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
+local unpack = table.unpack or unpack -- luacheck: ignore 143
+local select, setmetatable, error, tostring = select, setmetatable, error, tostring
+
+local M = {
+  _VERSION = native._VERSION,
+  runtime = native.runtime,
+  new = native.new,
+  clock = native.clock,
+  --- Schedulers other than vmpool.run plug in here (see the README): called as awaiter(fut) inside
+  --- a coroutine, it must return once fut:ready() is true, yielding meanwhile.
+  awaiter = nil,
+}
+
+local Pool = native.pool_methods
+local Future = native.future_methods
+
+--- cqueues' polling protocol: a future can be passed to cqueues.poll.
+function Future:events() return "r" end -- luacheck: ignore 212
+function Future:timeout() return nil end -- luacheck: ignore 212
+
+local function pack(...)
+  return { n = select("#", ...), ... }
+end
+
+-- Yielded by a coroutine that waits for a call; anything else it yields just reschedules it.
+local WAIT = setmetatable({}, { __tostring = function() return "vmpool.wait" end })
+
+-- The vmpool.run driver of each coroutine it runs (weak: finished coroutines go away).
+local driver_of = setmetatable({}, { __mode = "k" })
+
+local Driver = {}
+Driver.__index = Driver
+
+local function in_coroutine()
+  local co, main = coroutine_running()
+  if co == nil or main then
+    return nil
+  end
+  return co
+end
+
+function Driver:await(fut, co)
+  local token = self.next_token
+  self.next_token = token + 1
+  if fut:_subscribe(self.notifier, token) then
+    self.waiting[token] = co
+    coroutine_yield(WAIT)
+  end
+  return fut:wait()
+end
+
+function Driver:spawn(fn, ...)
+  local args = pack(...)
+  local co = coroutine_create(function() return fn(unpack(args, 1, args.n)) end)
+  driver_of[co] = self
+  self.live = self.live + 1
+  self.ready[#self.ready + 1] = co
+  return co
+end
+
+function Driver:step(co)
+  local ok, first = coroutine_resume(co)
+  if coroutine_status(co) == "dead" then
+    self.live = self.live - 1
+    driver_of[co] = nil
+    if not ok then
+      local tb = debug and debug.traceback and debug.traceback(co, tostring(first)) or tostring(first)
+      error("vmpool.run: a coroutine failed: " .. tb, 0)
+    end
+  elseif first ~= WAIT then
+    self.ready[#self.ready + 1] = co
+  end
+end
+
+--- pool:co_invoke(chunk, fn, ...): like invoke, but yields the running coroutine while the call
+--- runs (under vmpool.run, or a scheduler set as vmpool.awaiter). Outside a coroutine, or in a
+--- coroutine no scheduler drives, it blocks like invoke.
+function Pool:co_invoke(chunk, fn, ...)
+  local co = in_coroutine()
+  if co then
+    local d = driver_of[co]
+    if d then
+      return d:await(self:submit(chunk, fn, ...), co)
+    end
+    local awaiter = M.awaiter
+    if awaiter then
+      local fut = self:submit(chunk, fn, ...)
+      awaiter(fut)
+      return fut:wait()
+    end
+  end
+  return self:invoke(chunk, fn, ...)
+end
+
+--- vmpool.run(fn, ...): runs fn(...) in a coroutine, plus every coroutine vmpool.spawn starts,
+--- until all are done; returns fn's results. Sleeps (no CPU) while every coroutine waits.
+function M.run(fn, ...)
+  if type(fn) ~= "function" then
+    error("vmpool: bad argument #1 to 'run': expected a function, got " .. type(fn), 2)
+  end
+  local co = in_coroutine()
+  if co and driver_of[co] then
+    error("vmpool: vmpool.run cannot run inside vmpool.run (use vmpool.spawn)", 2)
+  end
+  local d = setmetatable({
+    notifier = native._notifier(),
+    ready = {},
+    waiting = {},
+    live = 0,
+    next_token = 1,
+  }, Driver)
+  local results
+  local args = pack(...)
+  d:spawn(function() results = pack(fn(unpack(args, 1, args.n))) end)
+  while d.live > 0 do
+    local ready = d.ready
+    if #ready > 0 then
+      d.ready = {}
+      for i = 1, #ready do
+        d:step(ready[i])
+      end
+    else
+      local tokens = d.notifier:wait()
+      local waiting, queue = d.waiting, d.ready
+      for i = 1, #tokens do
+        local t = tokens[i]
+        local waiter = waiting[t]
+        if waiter then
+          waiting[t] = nil
+          queue[#queue + 1] = waiter
+        end
+      end
+    end
+  end
+  return unpack(results, 1, results.n)
+end
+
+--- vmpool.spawn(fn, ...): inside vmpool.run, starts fn(...) as another coroutine of the same run.
+function M.spawn(fn, ...)
+  if type(fn) ~= "function" then
+    error("vmpool: bad argument #1 to 'spawn': expected a function, got " .. type(fn), 2)
+  end
+  local co = in_coroutine()
+  local d = co and driver_of[co]
+  if not d then
+    error("vmpool: vmpool.spawn must be called inside vmpool.run", 2)
+  end
+  d:spawn(fn, ...)
+end
+
+return M

@@ -1,0 +1,573 @@
+//! The pool's bookkeeping: which states exist, which are idle, which calls wait, and the counters
+//! `stats()` reports. Everything here is guarded by one mutex, held only for a few instructions per
+//! call (reserve on submit, release when a worker finishes); Lua code never runs under it.
+//!
+//! Reservation happens at submit time: a free state is taken at once (core states first, then the
+//! most recently used non-core one), else a non-core state is started (within `max_noncore`), else
+//! the call is queued (`blocking = true`, within `max_waiting`) or refused. A worker that finishes a
+//! call takes the oldest queued call before going idle, so queued calls never need the caller.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::call::{deadline_after, Call, Outcome, ASSIGNED, QUEUED, RUNNING};
+use crate::chunk::Registry;
+use crate::config::Config;
+use crate::mailbox::Mailbox;
+use crate::Error;
+
+/// Counters since the pool was created, plus the live picture (see `pool:stats()`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stats {
+    pub core: usize,
+    pub noncore: usize,
+    pub idle: usize,
+    pub busy: usize,
+    pub waiting: usize,
+    pub created: u64,
+    pub closed: u64,
+    pub invokes: u64,
+    pub succeeded: u64,
+    pub errors: u64,
+    pub rejected: u64,
+    pub timeouts: u64,
+    pub cancelled: u64,
+}
+
+/// How a call that reached a state ended, for the counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    Succeeded,
+    Failed,
+    /// The call was cancelled before it ran (the worker found it claimed).
+    Skipped,
+}
+
+impl Ended {
+    pub fn of(outcome: &Outcome) -> Ended {
+        match outcome {
+            Outcome::Err(_) => Ended::Failed,
+            _ => Ended::Succeeded,
+        }
+    }
+}
+
+/// What a worker does after a call.
+pub enum Next {
+    Run(Arc<Call>),
+    Idle,
+    Exit,
+}
+
+struct WorkerEntry {
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    closed: bool,
+    idle_core: Vec<Arc<Mailbox>>,
+    /// Idle non-core states with the time they went idle, oldest first.
+    idle_noncore: VecDeque<(Arc<Mailbox>, Instant)>,
+    /// Calls waiting for a state. Cancelled or timed-out calls stay until a worker or the
+    /// housekeeper pops them (`waiting_live` counts only the live ones).
+    waiting: VecDeque<Arc<Call>>,
+    waiting_live: usize,
+    workers: HashMap<u64, WorkerEntry>,
+    exited_early: HashSet<u64>,
+    next_worker: u64,
+    /// Threads of workers that exited, to be joined by the housekeeper.
+    finished: Vec<JoinHandle<()>>,
+    live_core: usize,
+    live_noncore: usize,
+    busy: usize,
+    stats: Stats,
+    /// Worker threads still running (reaches 0 once `close` may join them all).
+    threads: usize,
+    housekeeper: Option<JoinHandle<()>>,
+}
+
+pub struct Pool {
+    pub config: Config,
+    inner: Mutex<Inner>,
+    /// Wakes the housekeeper (new deadline, exited worker, close).
+    wake_housekeeper: Condvar,
+    /// Signalled when the last worker thread exits.
+    all_exited: Condvar,
+    pub chunks: Mutex<Registry>,
+    /// Moves whenever `chunks` changes, so states know to drop versions no longer registered.
+    pub chunk_epoch: AtomicU64,
+    fork_generation: u64,
+    pid: u32,
+    /// Created on the first `fut:pollfd()`.
+    poll: Mutex<Option<Arc<crate::notify::PollSignal>>>,
+}
+
+impl Pool {
+    /// Creates the pool and its core states; fails (leaving nothing running) if a state cannot
+    /// be created or `init` fails.
+    pub fn new(config: Config) -> Result<Arc<Pool>, Error> {
+        let core = config.core;
+        let pool = Arc::new(Pool {
+            config,
+            inner: Mutex::new(Inner::default()),
+            wake_housekeeper: Condvar::new(),
+            all_exited: Condvar::new(),
+            chunks: Mutex::new(Registry::default()),
+            chunk_epoch: AtomicU64::new(0),
+            fork_generation: crate::sys::fork_generation(),
+            pid: crate::sys::pid(),
+            poll: Mutex::new(None),
+        });
+        let hk = {
+            let p = pool.clone();
+            std::thread::Builder::new()
+                .name("vmpool-idle".into())
+                .spawn(move || crate::housekeeper::run(p))
+                .map_err(|e| Error::Spawn(format!("cannot start the idle-check thread: {e}")))?
+        };
+        pool.inner.lock().housekeeper = Some(hk);
+
+        let latch = Arc::new(crate::worker::Latch::new(core));
+        let mut spawn_error = None;
+        for _ in 0..core {
+            let id = {
+                let mut g = pool.inner.lock();
+                g.live_core += 1;
+                g.busy += 1;
+                g.stats.created += 1;
+                g.next_worker += 1;
+                g.next_worker
+            };
+            if let Err(e) = pool.spawn_worker(id, true, None, Some(latch.clone())) {
+                spawn_error = Some(e);
+                break;
+            }
+        }
+        let result = match spawn_error {
+            Some(e) => Err(e),
+            None => latch.wait(),
+        };
+        if let Err(e) = result {
+            pool.close();
+            return Err(e);
+        }
+        Ok(pool)
+    }
+
+    /// The pool's poll descriptor for foreign event loops (created on first use).
+    pub fn poll_signal(&self) -> std::io::Result<Arc<crate::notify::PollSignal>> {
+        let mut p = self.poll.lock();
+        if let Some(s) = p.as_ref() {
+            return Ok(s.clone());
+        }
+        let s = crate::notify::PollSignal::new()?;
+        *p = Some(s.clone());
+        Ok(s)
+    }
+
+    /// Checks the pool may be used from this process.
+    #[inline]
+    pub fn check_process(&self) -> Result<(), Error> {
+        if crate::sys::fork_generation() != self.fork_generation {
+            return Err(Error::WrongProcess { pid: self.pid });
+        }
+        Ok(())
+    }
+
+    fn spawn_worker(
+        self: &Arc<Pool>,
+        id: u64,
+        core: bool,
+        first: Option<Arc<Call>>,
+        latch: Option<Arc<crate::worker::Latch>>,
+    ) -> Result<(), Error> {
+        self.inner.lock().threads += 1;
+        // outside the lock: starting a thread takes tens of microseconds
+        let spawned = crate::worker::spawn(self.clone(), id, core, first.clone(), latch.clone());
+        let mut g = self.inner.lock();
+        match spawned {
+            Ok(handle) => {
+                if g.exited_early.remove(&id) {
+                    g.finished.push(handle);
+                    self.wake_housekeeper.notify_one();
+                } else {
+                    g.workers.insert(
+                        id,
+                        WorkerEntry {
+                            thread: Some(handle),
+                        },
+                    );
+                }
+                Ok(())
+            }
+            Err(e) => {
+                g.threads -= 1;
+                let err = Error::Spawn(format!("cannot start a worker thread: {e}"));
+                if core {
+                    g.live_core -= 1;
+                } else {
+                    g.live_noncore -= 1;
+                }
+                g.busy -= 1;
+                g.stats.closed += 1;
+                if first.is_some() {
+                    g.stats.errors += 1;
+                }
+                if g.threads == 0 {
+                    self.all_exited.notify_all();
+                }
+                drop(g);
+                if let Some(latch) = latch {
+                    latch.fail(err.clone());
+                }
+                if let Some(call) = first {
+                    call.finish(Outcome::Err(err.clone()));
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Reserves a state for `call` (or queues or refuses it). On `Ok` the call will end with
+    /// exactly one outcome, delivered through [`Call::finish`].
+    pub fn submit(self: &Arc<Pool>, call: Arc<Call>) -> Result<(), Error> {
+        let mut g = self.inner.lock();
+        if g.closed {
+            return Err(Error::Closed);
+        }
+        g.stats.invokes += 1;
+        let idle = match g.idle_core.pop() {
+            Some(mb) => Some(mb),
+            None => g.idle_noncore.pop_back().map(|(mb, _)| mb),
+        };
+        if let Some(mailbox) = idle {
+            g.busy += 1;
+            drop(g);
+            call.set_phase(ASSIGNED);
+            mailbox.post(call);
+            return Ok(());
+        }
+        if g.live_noncore < self.config.max_noncore {
+            g.live_noncore += 1;
+            g.busy += 1;
+            g.stats.created += 1;
+            g.next_worker += 1;
+            let id = g.next_worker;
+            drop(g);
+            call.set_phase(ASSIGNED);
+            // a failed start finishes the call with the error: the caller sees it as the outcome
+            let _ = self.spawn_worker(id, false, Some(call), None);
+            return Ok(());
+        }
+        if !self.config.blocking {
+            g.stats.rejected += 1;
+            return Err(Error::Exhausted {
+                states: g.live_core + g.live_noncore,
+            });
+        }
+        if g.waiting_live >= self.config.max_waiting {
+            g.stats.rejected += 1;
+            return Err(Error::QueueFull {
+                max_waiting: self.config.max_waiting,
+            });
+        }
+        let deadline = deadline_after(self.config.acquire_timeout);
+        call.data.lock().acquire_deadline = deadline;
+        call.set_phase(QUEUED);
+        let first = g.waiting_live == 0;
+        g.waiting.push_back(call);
+        g.waiting_live += 1;
+        if first && deadline.is_some() {
+            self.wake_housekeeper.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Cancels a call that has not started. True if it was cancelled (it will never run).
+    pub fn cancel(&self, call: &Call) -> bool {
+        let mut g = self.inner.lock();
+        match call.claim_unstarted() {
+            Some(from) => {
+                if from == QUEUED {
+                    g.waiting_live -= 1;
+                }
+                // an ASSIGNED call stays in its worker's mailbox; the worker skips it and releases
+                g.stats.cancelled += 1;
+                drop(g);
+                call.finish(Outcome::Err(Error::Cancelled));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// A worker finished (or skipped) a call: count it, then hand the worker the next queued
+    /// call, park it as idle, or let it exit.
+    pub fn release(&self, me: &Arc<Mailbox>, core: bool, ended: Ended) -> Next {
+        let mut g = self.inner.lock();
+        match ended {
+            Ended::Succeeded => g.stats.succeeded += 1,
+            Ended::Failed => g.stats.errors += 1,
+            Ended::Skipped => {}
+        }
+        while let Some(next) = g.waiting.pop_front() {
+            if next.transition(QUEUED, RUNNING) {
+                g.waiting_live -= 1;
+                return Next::Run(next);
+            }
+        }
+        g.busy -= 1;
+        let close_now = g.closed || (!core && self.config.idle_timeout == Some(Duration::ZERO));
+        if close_now {
+            if core {
+                g.live_core -= 1;
+            } else {
+                g.live_noncore -= 1;
+            }
+            g.stats.closed += 1;
+            return Next::Exit;
+        }
+        if core {
+            g.idle_core.push(me.clone());
+        } else {
+            g.idle_noncore.push_back((me.clone(), Instant::now()));
+            if g.idle_noncore.len() == 1 && self.config.idle_timeout.is_some() {
+                self.wake_housekeeper.notify_one();
+            }
+        }
+        Next::Idle
+    }
+
+    /// A worker replaced its state (after a limit was hit).
+    pub fn state_replaced(&self) {
+        let mut g = self.inner.lock();
+        g.stats.closed += 1;
+        g.stats.created += 1;
+    }
+
+    /// A worker could not create its state: undo its reservation (and count the failed call it
+    /// was started for, if any).
+    pub fn worker_failed(&self, core: bool, had_call: bool) {
+        let mut g = self.inner.lock();
+        if had_call {
+            g.stats.errors += 1;
+        }
+        if core {
+            g.live_core -= 1;
+        } else {
+            g.live_noncore -= 1;
+        }
+        g.busy -= 1;
+        g.stats.closed += 1;
+    }
+
+    /// A worker lost its state (a replacement could not be created) and exits.
+    pub fn worker_lost(&self, core: bool, ended: Ended) {
+        let mut g = self.inner.lock();
+        match ended {
+            Ended::Succeeded => g.stats.succeeded += 1,
+            Ended::Failed => g.stats.errors += 1,
+            Ended::Skipped => {}
+        }
+        if core {
+            g.live_core -= 1;
+        } else {
+            g.live_noncore -= 1;
+        }
+        g.busy -= 1;
+        g.stats.closed += 1;
+    }
+
+    /// A core worker finished creating its state at `new()`: it becomes idle.
+    pub fn core_ready(&self, me: &Arc<Mailbox>) -> bool {
+        let mut g = self.inner.lock();
+        g.busy -= 1;
+        if g.closed {
+            g.live_core -= 1;
+            g.stats.closed += 1;
+            return false;
+        }
+        g.idle_core.push(me.clone());
+        true
+    }
+
+    /// Called by a worker thread as its last act.
+    pub fn worker_exited(&self, id: u64) {
+        let mut g = self.inner.lock();
+        match g.workers.remove(&id) {
+            Some(mut entry) => {
+                if let Some(t) = entry.thread.take() {
+                    g.finished.push(t);
+                }
+            }
+            // exited before its spawner stored the handle: `spawn_worker` will move it
+            None => {
+                g.exited_early.insert(id);
+            }
+        }
+        g.threads -= 1;
+        if g.threads == 0 {
+            self.all_exited.notify_all();
+        }
+        self.wake_housekeeper.notify_one();
+    }
+
+    pub fn stats(&self) -> Stats {
+        let g = self.inner.lock();
+        let mut s = g.stats.clone();
+        s.core = g.live_core;
+        s.noncore = g.live_noncore;
+        s.idle = g.idle_core.len() + g.idle_noncore.len();
+        s.busy = g.busy;
+        s.waiting = g.waiting_live;
+        s
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.inner.lock().closed
+    }
+
+    /// One round of the idle check: fails queued calls past `acquire_timeout`, closes non-core
+    /// states idle past `idle_timeout`, and returns the threads to join plus when to look again.
+    pub fn housekeeping(&self, now: Instant) -> (Vec<JoinHandle<()>>, Option<Instant>, bool) {
+        let mut g = self.inner.lock();
+        let mut expired = Vec::new();
+        // queued calls: FIFO with one timeout, so the oldest live one has the earliest deadline
+        while let Some(front) = g.waiting.front() {
+            if !front.phase_is(QUEUED) {
+                g.waiting.pop_front();
+                continue;
+            }
+            let deadline = front.data.lock().acquire_deadline;
+            match deadline {
+                Some(d) if d <= now => {
+                    let call = g.waiting.pop_front().expect("front exists");
+                    if call.transition(QUEUED, crate::call::CLAIMED) {
+                        g.waiting_live -= 1;
+                        g.stats.timeouts += 1;
+                        expired.push(call);
+                    }
+                }
+                _ => break,
+            }
+        }
+        let mut next = g
+            .waiting
+            .iter()
+            .find(|c| c.phase_is(QUEUED))
+            .and_then(|c| c.data.lock().acquire_deadline);
+
+        if let Some(idle) = self.config.idle_timeout {
+            while let Some((_, since)) = g.idle_noncore.front() {
+                let due = *since + idle;
+                if due <= now {
+                    let (mb, _) = g.idle_noncore.pop_front().expect("front exists");
+                    g.live_noncore -= 1;
+                    g.stats.closed += 1;
+                    mb.request_exit();
+                } else {
+                    next = Some(next.map_or(due, |n| n.min(due)));
+                    break;
+                }
+            }
+        }
+        let finished = std::mem::take(&mut g.finished);
+        let stop = g.closed && g.threads == 0;
+        drop(g);
+        let seconds = self
+            .config
+            .acquire_timeout
+            .map_or(f64::INFINITY, |d| d.as_secs_f64());
+        for call in expired {
+            call.finish(Outcome::Err(Error::AcquireTimeout { seconds }));
+        }
+        (finished, next, stop)
+    }
+
+    /// Parks the housekeeper until `deadline` or a wake-up.
+    pub fn housekeeper_sleep(&self, deadline: Option<Instant>) {
+        let mut g = self.inner.lock();
+        if !g.finished.is_empty() || (g.closed && g.threads == 0) {
+            return;
+        }
+        match deadline {
+            Some(d) => {
+                self.wake_housekeeper.wait_until(&mut g, d);
+            }
+            None => self.wake_housekeeper.wait(&mut g),
+        }
+    }
+
+    /// Closes the pool: queued calls fail with "pool is closed", running calls finish, then every
+    /// state is closed and every thread joined. Idempotent. After a `fork`, only marks the pool
+    /// closed (its threads do not exist in this process).
+    pub fn close(&self) {
+        let forked = self.check_process().is_err();
+        let mut g = self.inner.lock();
+        if g.closed {
+            if !forked {
+                self.join_all(g);
+            }
+            return;
+        }
+        g.closed = true;
+        let mut queued = Vec::new();
+        while let Some(call) = g.waiting.pop_front() {
+            if call.transition(QUEUED, crate::call::CLAIMED) {
+                g.waiting_live -= 1;
+                g.stats.errors += 1;
+                queued.push(call);
+            }
+        }
+        if forked {
+            return;
+        }
+        for mb in std::mem::take(&mut g.idle_core) {
+            g.live_core -= 1;
+            g.stats.closed += 1;
+            mb.request_exit();
+        }
+        while let Some((mb, _)) = g.idle_noncore.pop_front() {
+            g.live_noncore -= 1;
+            g.stats.closed += 1;
+            mb.request_exit();
+        }
+        self.wake_housekeeper.notify_all();
+        drop(g);
+        for call in queued {
+            call.finish(Outcome::Err(Error::Closed));
+        }
+        self.join_all(self.inner.lock());
+    }
+
+    fn join_all(&self, mut g: parking_lot::MutexGuard<'_, Inner>) {
+        while g.threads > 0 {
+            self.all_exited.wait(&mut g);
+        }
+        let mut handles: Vec<JoinHandle<()>> = std::mem::take(&mut g.finished);
+        handles.extend(g.workers.drain().filter_map(|(_, mut w)| w.thread.take()));
+        let hk = g.housekeeper.take();
+        self.wake_housekeeper.notify_all();
+        drop(g);
+        for h in handles {
+            let _ = h.join();
+        }
+        if let Some(h) = hk {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+impl Call {
+    pub fn phase_is(&self, phase: u32) -> bool {
+        self.phase() == phase
+    }
+}

@@ -1,0 +1,651 @@
+//! How Lua values cross between states: a compact byte format, an encoder that reads the Lua stack
+//! directly and a decoder that pushes directly onto it.
+//!
+//! Host and children always run the same Lua build, so the format only has to round-trip within
+//! one runtime. A message is a `u32` count followed by that many values:
+//!
+//! | tag | value | payload |
+//! |---|---|---|
+//! | 0 | nil | - |
+//! | 1 / 2 | false / true | - |
+//! | 3 | integer (Lua 5.3+ integer subtype) | `i64` LE |
+//! | 4 | float (every number on 5.1 and LuaJIT) | `f64` LE bits (NaN, inf, -0 survive) |
+//! | 5 | string | `u32` length, bytes (embedded zeros allowed) |
+//! | 6 | table | `u32` array length n, `u32` hash count m, n values, m key/value pairs |
+//!
+//! Functions, userdata, threads, cyclic tables and tables nested deeper than [`MAX_DEPTH`] are
+//! refused with an error that names the argument or result and the path inside it.
+//!
+//! The decoder is written to never panic and never trust its input (it is fuzzed, see `fuzz/`):
+//! every read is bounds-checked, counts are checked against the bytes left, and table keys that Lua
+//! cannot store (nil, NaN) are refused.
+
+use std::ffi::{c_int, c_void};
+
+use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
+
+/// Deepest table nesting that can cross (a table directly in the argument list is depth 1).
+pub const MAX_DEPTH: usize = 100;
+
+const TAG_NIL: u8 = 0;
+const TAG_FALSE: u8 = 1;
+const TAG_TRUE: u8 = 2;
+const TAG_INT: u8 = 3;
+const TAG_FLOAT: u8 = 4;
+const TAG_STR: u8 = 5;
+const TAG_TABLE: u8 = 6;
+
+/// Which list a value belongs to, for error messages.
+#[derive(Clone, Copy, Debug)]
+pub enum Role<'a> {
+    /// Argument `n` (1-based) of the child function `function`.
+    Argument(&'a [u8]),
+    /// Result of the child function `function`.
+    Result(&'a [u8]),
+}
+
+/// Why a value cannot cross, with the path inside the value where the problem sits.
+#[derive(Debug)]
+struct Refusal {
+    problem: String,
+    /// Path elements, innermost first (they are collected while the recursion unwinds).
+    path: Vec<String>,
+}
+
+/// Encodes the `count` values starting at stack index `first` into `out` (appending).
+/// The stack is left as it was, also on error.
+pub fn encode_values(
+    st: State,
+    first: c_int,
+    count: c_int,
+    out: &mut Vec<u8>,
+    role: Role<'_>,
+) -> Result<(), crate::Error> {
+    let top = st.top();
+    out.extend_from_slice(&(count.max(0) as u32).to_le_bytes());
+    let mut enc = Encoder {
+        out,
+        path: [std::ptr::null(); MAX_DEPTH],
+    };
+    for i in 0..count.max(0) {
+        if let Err(refusal) = enc.value(st, first + i, 0) {
+            st.set_top(top);
+            return Err(describe(role, i + 1, refusal));
+        }
+    }
+    Ok(())
+}
+
+fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
+    let (what, func) = match role {
+        Role::Argument(f) => (format!("argument #{position} to"), f),
+        Role::Result(f) => (format!("result #{position} of"), f),
+    };
+    let func = String::from_utf8_lossy(func);
+    let at = if r.path.is_empty() {
+        String::new()
+    } else {
+        let mut p: Vec<String> = r.path;
+        p.reverse();
+        format!(" at {}", p.concat())
+    };
+    crate::Error::Unsupported(format!(
+        "cannot pass {what} '{func}': {}{at} (only nil, boolean, number, string and non-cyclic tables of them up to {MAX_DEPTH} levels deep can cross between states)",
+        r.problem
+    ))
+}
+
+struct Encoder<'o> {
+    out: &'o mut Vec<u8>,
+    /// Tables on the path from the top-level value to the current one (cycle detection).
+    path: [*const c_void; MAX_DEPTH],
+}
+
+impl Encoder<'_> {
+    fn value(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refusal> {
+        match st.type_of(idx) {
+            TNIL => self.out.push(TAG_NIL),
+            TBOOLEAN => self.out.push(if st.to_boolean(idx) {
+                TAG_TRUE
+            } else {
+                TAG_FALSE
+            }),
+            TNUMBER => match st.to_integer_exact(idx) {
+                Some(i) => {
+                    self.out.push(TAG_INT);
+                    self.out.extend_from_slice(&i.to_le_bytes());
+                }
+                None => {
+                    self.out.push(TAG_FLOAT);
+                    self.out
+                        .extend_from_slice(&st.to_number(idx).to_bits().to_le_bytes());
+                }
+            },
+            TSTRING => {
+                let s = st.to_bytes(idx).unwrap_or_default();
+                let len =
+                    u32::try_from(s.len()).map_err(|_| refuse("a string longer than 4 GiB"))?;
+                self.out.push(TAG_STR);
+                self.out.extend_from_slice(&len.to_le_bytes());
+                self.out.extend_from_slice(s);
+            }
+            TTABLE => self.table(st, idx, depth)?,
+            other => {
+                return Err(refuse(&format!("a {} value", crate::lua::type_name(other))));
+            }
+        }
+        Ok(())
+    }
+
+    fn table(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refusal> {
+        if depth >= MAX_DEPTH {
+            return Err(refuse(&format!(
+                "tables nested deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        let idx = st.abs_index(idx);
+        let ptr = st.to_pointer(idx);
+        if self.path[..depth].contains(&ptr) {
+            return Err(refuse("a table that contains itself (a cycle)"));
+        }
+        self.path[depth] = ptr;
+        if !st.check_stack(4) {
+            return Err(refuse("a table nested too deeply for the Lua stack"));
+        }
+        let n = st.raw_len(idx);
+        let narr = u32::try_from(n).map_err(|_| refuse("a table with more than 2^32 elements"))?;
+        self.out.push(TAG_TABLE);
+        let counts_at = self.out.len();
+        self.out.extend_from_slice(&narr.to_le_bytes());
+        self.out.extend_from_slice(&0u32.to_le_bytes());
+
+        for i in 1..=n as i64 {
+            st.raw_geti(idx, i);
+            let r = self.value(st, -1, depth + 1);
+            st.pop(1);
+            r.map_err(|e| e.within(format!("[{i}]")))?;
+        }
+
+        let mut nhash: u32 = 0;
+        st.push_nil();
+        while st.next(idx) {
+            // key at -2, value at -1
+            if is_array_key(st, -2, n) {
+                st.pop(1);
+                continue;
+            }
+            let key = key_label(st, -2);
+            self.value(st, -2, depth + 1)
+                .map_err(|e| e.within(format!("{key} (a key)")))?;
+            self.value(st, -1, depth + 1).map_err(|e| e.within(key))?;
+            st.pop(1);
+            nhash = nhash
+                .checked_add(1)
+                .ok_or_else(|| refuse("a table with more than 2^32 keys"))?;
+        }
+        self.out[counts_at + 4..counts_at + 8].copy_from_slice(&nhash.to_le_bytes());
+        Ok(())
+    }
+}
+
+fn refuse(problem: &str) -> Refusal {
+    Refusal {
+        problem: problem.to_string(),
+        path: Vec::new(),
+    }
+}
+
+impl Refusal {
+    fn within(mut self, segment: String) -> Refusal {
+        self.path.push(segment);
+        self
+    }
+}
+
+/// True if the key at `idx` is an integer in `1..=n` (already sent as part of the array).
+fn is_array_key(st: State, idx: c_int, n: usize) -> bool {
+    if st.type_of(idx) != TNUMBER || n == 0 {
+        return false;
+    }
+    if let Some(i) = st.to_integer_exact(idx) {
+        return i >= 1 && (i as u64) <= n as u64;
+    }
+    let f = st.to_number(idx);
+    f >= 1.0 && f <= n as f64 && f.fract() == 0.0
+}
+
+/// A short description of a table key for error paths: `.name`, `[3]`, `["a b"]`.
+fn key_label(st: State, idx: c_int) -> String {
+    match st.type_of(idx) {
+        TSTRING => {
+            let s = String::from_utf8_lossy(st.to_bytes(idx).unwrap_or_default()).into_owned();
+            let ident = !s.is_empty()
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !s.starts_with(|c: char| c.is_ascii_digit());
+            if ident {
+                format!(".{s}")
+            } else {
+                format!("[{s:?}]")
+            }
+        }
+        TNUMBER => match st.to_integer_exact(idx) {
+            Some(i) => format!("[{i}]"),
+            None => format!("[{}]", st.to_number(idx)),
+        },
+        TBOOLEAN => format!("[{}]", st.to_boolean(idx)),
+        other => format!("[{}]", crate::lua::type_name(other)),
+    }
+}
+
+/// A decoding failure: the bytes are not a message this encoder produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Corrupt(pub &'static str);
+
+/// Receives decoded values. The decoder drives it depth-first; tables are built bottom-up.
+pub trait Sink {
+    fn nil(&mut self) -> Result<(), Corrupt>;
+    fn boolean(&mut self, b: bool) -> Result<(), Corrupt>;
+    fn integer(&mut self, i: i64) -> Result<(), Corrupt>;
+    fn float(&mut self, f: f64) -> Result<(), Corrupt>;
+    fn string(&mut self, s: &[u8]) -> Result<(), Corrupt>;
+    /// Starts a table with the given size hints; its elements follow.
+    fn begin_table(&mut self, narr: u32, nhash: u32) -> Result<(), Corrupt>;
+    /// Stores the value just produced as element `i` of the table being built.
+    fn set_index(&mut self, i: u32) -> Result<(), Corrupt>;
+    /// Stores the key and value just produced into the table being built.
+    fn set_pair(&mut self) -> Result<(), Corrupt>;
+}
+
+/// Decodes a whole message into `sink`; returns the number of values.
+pub fn decode_values<S: Sink>(buf: &[u8], sink: &mut S) -> Result<u32, Corrupt> {
+    let mut r = Reader { buf, pos: 0 };
+    let count = r.u32()?;
+    if count as usize > r.left() {
+        return Err(Corrupt("value count larger than the message"));
+    }
+    for _ in 0..count {
+        decode_one(&mut r, sink, 0)?;
+    }
+    if r.left() != 0 {
+        return Err(Corrupt("trailing bytes after the last value"));
+    }
+    Ok(count)
+}
+
+fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result<(), Corrupt> {
+    match r.u8()? {
+        TAG_NIL => sink.nil(),
+        TAG_FALSE => sink.boolean(false),
+        TAG_TRUE => sink.boolean(true),
+        TAG_INT => sink.integer(i64::from_le_bytes(r.array()?)),
+        TAG_FLOAT => sink.float(f64::from_bits(u64::from_le_bytes(r.array()?))),
+        TAG_STR => {
+            let len = r.u32()? as usize;
+            let s = r.bytes(len)?;
+            sink.string(s)
+        }
+        TAG_TABLE => {
+            if depth >= MAX_DEPTH {
+                return Err(Corrupt("tables nested too deeply"));
+            }
+            let narr = r.u32()?;
+            let nhash = r.u32()?;
+            // Every value takes at least one byte: refuse counts the message cannot hold before
+            // asking Lua to preallocate them.
+            let needed = narr as u64 + 2 * nhash as u64;
+            if needed > r.left() as u64 {
+                return Err(Corrupt("table larger than the message"));
+            }
+            sink.begin_table(narr, nhash)?;
+            for i in 1..=narr {
+                decode_one(r, sink, depth + 1)?;
+                sink.set_index(i)?;
+            }
+            for _ in 0..nhash {
+                decode_one(r, sink, depth + 1)?;
+                decode_one(r, sink, depth + 1)?;
+                sink.set_pair()?;
+            }
+            Ok(())
+        }
+        _ => Err(Corrupt("unknown tag")),
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn left(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
+        let end = self.pos.checked_add(n).ok_or(Corrupt("length overflow"))?;
+        let s = self
+            .buf
+            .get(self.pos..end)
+            .ok_or(Corrupt("message ends early"))?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
+        let s = self.bytes(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> Result<u8, Corrupt> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, Corrupt> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+}
+
+/// A [`Sink`] that pushes values onto a Lua stack.
+///
+/// Used inside a protected call on the child side; on the host it can only fail with "not enough
+/// memory" (see `lua.rs`). It holds no value with a destructor, so an out-of-memory error that
+/// jumps over it leaks nothing.
+pub struct LuaSink {
+    st: State,
+}
+
+impl LuaSink {
+    pub fn new(st: State) -> LuaSink {
+        LuaSink { st }
+    }
+}
+
+impl Sink for LuaSink {
+    fn nil(&mut self) -> Result<(), Corrupt> {
+        self.room()?;
+        self.st.push_nil();
+        Ok(())
+    }
+    fn boolean(&mut self, b: bool) -> Result<(), Corrupt> {
+        self.room()?;
+        self.st.push_bool(b);
+        Ok(())
+    }
+    fn integer(&mut self, i: i64) -> Result<(), Corrupt> {
+        self.room()?;
+        self.st.push_integer(i);
+        Ok(())
+    }
+    fn float(&mut self, f: f64) -> Result<(), Corrupt> {
+        self.room()?;
+        self.st.push_number(f);
+        Ok(())
+    }
+    fn string(&mut self, s: &[u8]) -> Result<(), Corrupt> {
+        self.room()?;
+        self.st.push_bytes(s);
+        Ok(())
+    }
+    fn begin_table(&mut self, narr: u32, nhash: u32) -> Result<(), Corrupt> {
+        self.room()?;
+        let clamp = |n: u32| n.min(1 << 26) as c_int;
+        self.st.create_table(clamp(narr), clamp(nhash));
+        Ok(())
+    }
+    fn set_index(&mut self, i: u32) -> Result<(), Corrupt> {
+        self.st.raw_seti(-2, i as i64);
+        Ok(())
+    }
+    fn set_pair(&mut self) -> Result<(), Corrupt> {
+        let st = self.st;
+        let bad_key = match st.type_of(-2) {
+            TNIL => true,
+            TNUMBER => st.to_number(-2).is_nan(),
+            _ => false,
+        };
+        if bad_key {
+            return Err(Corrupt("nil or NaN table key"));
+        }
+        st.raw_set(-3);
+        Ok(())
+    }
+}
+
+impl LuaSink {
+    fn room(&self) -> Result<(), Corrupt> {
+        if self.st.check_stack(3) {
+            Ok(())
+        } else {
+            Err(Corrupt("Lua stack overflow"))
+        }
+    }
+}
+
+/// Decodes a message onto the Lua stack; returns the number of values pushed. On error the stack
+/// is restored.
+pub fn push_values(st: State, buf: &[u8]) -> Result<c_int, Corrupt> {
+    let top = st.top();
+    match decode_values(buf, &mut LuaSink::new(st)) {
+        Ok(n) => Ok(n as c_int),
+        Err(e) => {
+            st.set_top(top);
+            Err(e)
+        }
+    }
+}
+
+/// A Lua value as plain Rust data: what tests, the fuzz target and the benchmarks use to build and
+/// check messages without a Lua state.
+#[derive(Debug, Clone)]
+pub enum Value {
+    Nil,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(Vec<u8>),
+    /// Array part (`1..=n`) and the other key/value pairs.
+    Table(Vec<Value>, Vec<(Value, Value)>),
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        use Value::*;
+        match (self, other) {
+            (Nil, Nil) => true,
+            (Bool(a), Bool(b)) => a == b,
+            (Int(a), Int(b)) => a == b,
+            // bit equality: NaN == NaN and -0 != +0, which is what "survives unchanged" means
+            (Float(a), Float(b)) => a.to_bits() == b.to_bits(),
+            (Str(a), Str(b)) => a == b,
+            (Table(a1, h1), Table(a2, h2)) => {
+                a1 == a2 && h1.len() == h2.len() && h1.iter().all(|p| h2.contains(p))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Encodes Rust values into a message (the same format the Lua encoder writes).
+pub fn encode_rust(values: &[Value], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(values.len() as u32).to_le_bytes());
+    for v in values {
+        encode_rust_one(v, out);
+    }
+}
+
+fn encode_rust_one(v: &Value, out: &mut Vec<u8>) {
+    match v {
+        Value::Nil => out.push(TAG_NIL),
+        Value::Bool(false) => out.push(TAG_FALSE),
+        Value::Bool(true) => out.push(TAG_TRUE),
+        Value::Int(i) => {
+            out.push(TAG_INT);
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        Value::Float(f) => {
+            out.push(TAG_FLOAT);
+            out.extend_from_slice(&f.to_bits().to_le_bytes());
+        }
+        Value::Str(s) => {
+            out.push(TAG_STR);
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s);
+        }
+        Value::Table(arr, hash) => {
+            out.push(TAG_TABLE);
+            out.extend_from_slice(&(arr.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(hash.len() as u32).to_le_bytes());
+            for v in arr {
+                encode_rust_one(v, out);
+            }
+            for (k, v) in hash {
+                encode_rust_one(k, out);
+                encode_rust_one(v, out);
+            }
+        }
+    }
+}
+
+/// A [`Sink`] that builds Rust [`Value`]s.
+#[derive(Default)]
+pub struct RustSink {
+    stack: Vec<Value>,
+}
+
+impl RustSink {
+    pub fn into_values(self) -> Vec<Value> {
+        self.stack
+    }
+}
+
+impl Sink for RustSink {
+    fn nil(&mut self) -> Result<(), Corrupt> {
+        self.stack.push(Value::Nil);
+        Ok(())
+    }
+    fn boolean(&mut self, b: bool) -> Result<(), Corrupt> {
+        self.stack.push(Value::Bool(b));
+        Ok(())
+    }
+    fn integer(&mut self, i: i64) -> Result<(), Corrupt> {
+        self.stack.push(Value::Int(i));
+        Ok(())
+    }
+    fn float(&mut self, f: f64) -> Result<(), Corrupt> {
+        self.stack.push(Value::Float(f));
+        Ok(())
+    }
+    fn string(&mut self, s: &[u8]) -> Result<(), Corrupt> {
+        self.stack.push(Value::Str(s.to_vec()));
+        Ok(())
+    }
+    fn begin_table(&mut self, _narr: u32, _nhash: u32) -> Result<(), Corrupt> {
+        self.stack.push(Value::Table(Vec::new(), Vec::new()));
+        Ok(())
+    }
+    fn set_index(&mut self, _i: u32) -> Result<(), Corrupt> {
+        let v = self.stack.pop().ok_or(Corrupt("sink underflow"))?;
+        match self.stack.last_mut() {
+            Some(Value::Table(arr, _)) => {
+                arr.push(v);
+                Ok(())
+            }
+            _ => Err(Corrupt("element outside a table")),
+        }
+    }
+    fn set_pair(&mut self) -> Result<(), Corrupt> {
+        let v = self.stack.pop().ok_or(Corrupt("sink underflow"))?;
+        let k = self.stack.pop().ok_or(Corrupt("sink underflow"))?;
+        match &k {
+            Value::Nil => return Err(Corrupt("nil or NaN table key")),
+            Value::Float(f) if f.is_nan() => return Err(Corrupt("nil or NaN table key")),
+            _ => {}
+        }
+        match self.stack.last_mut() {
+            Some(Value::Table(_, hash)) => {
+                hash.push((k, v));
+                Ok(())
+            }
+            _ => Err(Corrupt("pair outside a table")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(values: Vec<Value>) {
+        let mut buf = Vec::new();
+        encode_rust(&values, &mut buf);
+        let mut sink = RustSink::default();
+        let n = decode_values(&buf, &mut sink).expect("decodes");
+        assert_eq!(n as usize, values.len());
+        assert_eq!(sink.into_values(), values);
+    }
+
+    #[test]
+    fn scalars_round_trip_with_their_bits() {
+        roundtrip(vec![
+            Value::Nil,
+            Value::Bool(true),
+            Value::Bool(false),
+            Value::Int(i64::MIN),
+            Value::Int(i64::MAX),
+            Value::Float(f64::NAN),
+            Value::Float(f64::INFINITY),
+            Value::Float(-0.0),
+            Value::Str(b"a\0b".to_vec()),
+        ]);
+    }
+
+    #[test]
+    fn nested_tables_round_trip() {
+        let inner = Value::Table(
+            vec![Value::Int(1)],
+            vec![(Value::Str(b"k".to_vec()), Value::Bool(true))],
+        );
+        roundtrip(vec![Value::Table(
+            vec![inner.clone(), Value::Nil],
+            vec![(Value::Int(10), inner)],
+        )]);
+    }
+
+    #[test]
+    fn truncated_messages_are_corrupt_not_panics() {
+        let mut buf = Vec::new();
+        encode_rust(&[Value::Str(b"hello".to_vec()), Value::Int(5)], &mut buf);
+        for cut in 0..buf.len() {
+            assert!(
+                decode_values(&buf[..cut], &mut RustSink::default()).is_err(),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    #[test]
+    fn huge_counts_are_refused_before_allocation() {
+        let mut buf = 1u32.to_le_bytes().to_vec();
+        buf.push(TAG_TABLE);
+        buf.extend_from_slice(&u32::MAX.to_le_bytes());
+        buf.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(
+            decode_values(&buf, &mut RustSink::default()),
+            Err(Corrupt("table larger than the message"))
+        );
+    }
+
+    #[test]
+    fn nil_keys_are_refused() {
+        let mut buf = 1u32.to_le_bytes().to_vec();
+        buf.push(TAG_TABLE);
+        buf.extend_from_slice(&0u32.to_le_bytes());
+        buf.extend_from_slice(&1u32.to_le_bytes());
+        buf.push(TAG_NIL);
+        buf.push(TAG_TRUE);
+        assert!(decode_values(&buf, &mut RustSink::default()).is_err());
+    }
+}

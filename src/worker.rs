@@ -1,0 +1,157 @@
+//! A worker: one OS thread that owns one child state for its whole life (mlua states are not
+//! `Send` in module mode, so a state is created, used and closed on the same thread). It runs the
+//! calls posted to its mailbox, and the queued calls the pool hands it, until it is told to exit.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::call::{Call, Outcome, ASSIGNED, RUNNING};
+use crate::child::Child;
+use crate::mailbox::{Letter, Mailbox};
+use crate::pool::{Ended, Next, Pool};
+use crate::spin::AdaptiveSpin;
+use crate::Error;
+
+/// How long an idle worker spins for its next call before parking, at most.
+const JOB_SPIN: Duration = Duration::from_micros(20);
+
+/// Counts down as core states come up at `vmpool.new`; the first failure wins.
+pub struct Latch {
+    state: Mutex<(usize, Option<Error>)>,
+    cond: Condvar,
+}
+
+impl Latch {
+    pub fn new(n: usize) -> Latch {
+        Latch {
+            state: Mutex::new((n, None)),
+            cond: Condvar::new(),
+        }
+    }
+
+    pub fn done(&self) {
+        let mut s = self.state.lock();
+        s.0 = s.0.saturating_sub(1);
+        self.cond.notify_all();
+    }
+
+    pub fn fail(&self, e: Error) {
+        let mut s = self.state.lock();
+        s.0 = s.0.saturating_sub(1);
+        s.1.get_or_insert(e);
+        self.cond.notify_all();
+    }
+
+    /// Waits for every count (or the first failure).
+    pub fn wait(&self) -> Result<(), Error> {
+        let mut s = self.state.lock();
+        while s.0 > 0 && s.1.is_none() {
+            self.cond.wait(&mut s);
+        }
+        match s.1.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+pub fn spawn(
+    pool: Arc<Pool>,
+    id: u64,
+    core: bool,
+    first: Option<Arc<Call>>,
+    latch: Option<Arc<Latch>>,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(if core {
+            "vmpool-core".into()
+        } else {
+            "vmpool-noncore".into()
+        })
+        .spawn(move || {
+            run(&pool, core, first, latch);
+            pool.worker_exited(id);
+        })
+}
+
+fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc<Latch>>) {
+    let mut child = match Child::new(&pool.config) {
+        Ok(c) => c,
+        Err(e) => {
+            pool.worker_failed(core, first.is_some());
+            if let Some(latch) = latch {
+                latch.fail(e.clone());
+            }
+            if let Some(call) = first {
+                if call.transition(ASSIGNED, RUNNING) {
+                    call.finish(Outcome::Err(e));
+                }
+            }
+            return;
+        }
+    };
+    let mailbox = Arc::new(Mailbox::default());
+    if let Some(latch) = latch {
+        let ready = pool.core_ready(&mailbox);
+        latch.done();
+        if !ready {
+            return;
+        }
+    }
+    let spin = AdaptiveSpin::new(JOB_SPIN, true);
+    let mut next = first;
+    loop {
+        let call = match next.take() {
+            Some(call) => call,
+            None => match mailbox.wait(&spin) {
+                Letter::Call(call) => call,
+                Letter::Exit => break,
+            },
+        };
+        // queued calls arrive already RUNNING; posted ones are claimed here (or were cancelled)
+        let runnable = call.phase() == RUNNING || call.transition(ASSIGNED, RUNNING);
+        let (outcome, replace) = if runnable {
+            child.run(pool, &call)
+        } else {
+            (Outcome::Pending, false)
+        };
+        let ended = if runnable {
+            Ended::of(&outcome)
+        } else {
+            Ended::Skipped
+        };
+        if replace {
+            // a limit was hit and the state may be half-way through anything: rebuild it before
+            // the caller hears back, so the pool has its full size again when it does
+            drop(child);
+            match Child::new(&pool.config) {
+                Ok(c) => {
+                    child = c;
+                    pool.state_replaced();
+                }
+                Err(_) => {
+                    // cannot rebuild: the pool stays one state smaller
+                    pool.worker_lost(core, ended);
+                    call.finish(outcome);
+                    return;
+                }
+            }
+        }
+        // release before waking the caller, so that a caller that immediately calls again finds
+        // this state idle (and `stats()` read after a result already shows it free)
+        let after = pool.release(&mailbox, core, ended);
+        if runnable {
+            call.finish(outcome);
+        }
+        drop(call);
+        next = match after {
+            Next::Run(c) => Some(c),
+            Next::Idle => None,
+            Next::Exit => break,
+        };
+    }
+    drop(child);
+}
