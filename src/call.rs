@@ -144,11 +144,7 @@ impl Call {
     /// Writes the outcome and publishes DONE. Only the owner of the call (the worker that ran it, or
     /// whoever claimed it) calls this, exactly once.
     pub fn finish(&self, outcome: Outcome) {
-        let subscriber = {
-            let mut d = self.data.lock();
-            d.outcome = outcome;
-            d.subscriber.take()
-        };
+        self.data.lock().outcome = outcome;
         let old = self.state.swap(DONE, Ordering::AcqRel);
         if old & WAITER != 0 {
             // SAFETY: the key is this call's address, only used as a parking-lot key.
@@ -157,6 +153,9 @@ impl Call {
             }
         }
         if old & SUBSCRIBED != 0 {
+            // `subscribe` stores the subscriber before it sets the flag, so it is there (unless
+            // `unsubscribe` took it back)
+            let subscriber = self.data.lock().subscriber.take();
             if let Some(s) = subscriber {
                 s.notify();
             }

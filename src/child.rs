@@ -201,23 +201,27 @@ impl Child {
             self.drop_stale_chunks(pool);
             self.chunk_epoch = epoch;
         }
-        let mut data = call.data.lock();
-        let chunk = match data.chunk.clone() {
-            Some(c) => c,
-            None => {
-                return (
-                    Outcome::Err(Error::Internal("call without a chunk".into())),
-                    false,
-                )
+        // Take what the call needs out of it and let go of its lock: the caller may need the
+        // lock while the call runs (a scheduler subscribing to it, `cancel`).
+        let (chunk, mut buf) = {
+            let mut data = call.data.lock();
+            std::mem::swap(&mut self.func, &mut data.func);
+            (data.chunk.clone(), std::mem::take(&mut data.buf))
+        };
+        let (outcome, replace) = match chunk {
+            Some(chunk) => {
+                self.arm(call);
+                let result = match self.ensure_loaded(&chunk) {
+                    Ok(()) => self.call(&chunk, &mut buf),
+                    Err(failed) => failed,
+                };
+                self.disarm();
+                result
             }
+            None => (Outcome::Err(Error::Internal("call without a chunk".into())), false),
         };
-        std::mem::swap(&mut self.func, &mut data.func);
-        self.arm(call);
-        let (outcome, replace) = match self.ensure_loaded(&chunk) {
-            Ok(()) => self.call(&chunk, &mut data.buf),
-            Err(failed) => failed,
-        };
-        self.disarm();
+        let mut data = call.data.lock();
+        data.buf = buf;
         std::mem::swap(&mut self.func, &mut data.func);
         (outcome, replace)
     }

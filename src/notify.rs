@@ -150,7 +150,7 @@ impl PollSignal {
         self.fd.as_raw_fd()
     }
 
-    fn raise(&self) {
+    pub fn raise(&self) {
         let mut n = self.unclaimed.lock();
         *n += 1;
         if *n == 1 {

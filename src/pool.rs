@@ -433,12 +433,45 @@ impl Pool {
         self.inner.lock().closed
     }
 
-    /// One round of the idle check: fails queued calls past `acquire_timeout`, closes non-core
-    /// states idle past `idle_timeout`, and returns the threads to join plus when to look again.
-    pub fn housekeeping(&self, now: Instant) -> (Vec<JoinHandle<()>>, Option<Instant>, bool) {
+    /// The idle check's loop (run by the housekeeper thread until the pool is closed and every
+    /// worker has exited): fails queued calls past `acquire_timeout`, closes non-core states idle
+    /// past `idle_timeout`, joins exited workers' threads, then sleeps until the next deadline.
+    /// Deciding to sleep and sleeping happen under the pool lock, and every wake-up is sent
+    /// under it, so none is lost.
+    pub fn housekeep(&self) {
         let mut g = self.inner.lock();
+        loop {
+            let (expired, next) = self.expire(&mut g, Instant::now());
+            let finished = std::mem::take(&mut g.finished);
+            if !expired.is_empty() || !finished.is_empty() {
+                drop(g);
+                let seconds = self.config.acquire_timeout.map_or(f64::INFINITY, |d| d.as_secs_f64());
+                for call in expired {
+                    call.finish(Outcome::Err(Error::AcquireTimeout { seconds }));
+                }
+                for t in finished {
+                    let _ = t.join();
+                }
+                g = self.inner.lock();
+                continue;
+            }
+            if g.closed && g.threads == 0 {
+                return;
+            }
+            match next {
+                Some(d) => {
+                    self.wake_housekeeper.wait_until(&mut g, d);
+                }
+                None => self.wake_housekeeper.wait(&mut g),
+            }
+        }
+    }
+
+    /// Takes the queued calls whose wait for a state is over and closes the non-core states idle
+    /// for too long; returns the calls to fail and when to look again.
+    fn expire(&self, g: &mut Inner, now: Instant) -> (Vec<Arc<Call>>, Option<Instant>) {
         let mut expired = Vec::new();
-        // queued calls: FIFO with one timeout, so the oldest live one has the earliest deadline
+        // FIFO with one timeout, so the oldest live queued call has the earliest deadline
         while let Some(front) = g.waiting.front() {
             if !front.phase_is(QUEUED) {
                 g.waiting.pop_front();
@@ -447,61 +480,33 @@ impl Pool {
             let deadline = front.data.lock().acquire_deadline;
             match deadline {
                 Some(d) if d <= now => {
-                    let call = g.waiting.pop_front().expect("front exists");
-                    if call.transition(QUEUED, crate::call::CLAIMED) {
-                        g.waiting_live -= 1;
-                        g.stats.timeouts += 1;
-                        expired.push(call);
+                    if let Some(call) = g.waiting.pop_front() {
+                        if call.transition(QUEUED, crate::call::CLAIMED) {
+                            g.waiting_live -= 1;
+                            g.stats.timeouts += 1;
+                            expired.push(call);
+                        }
                     }
                 }
                 _ => break,
             }
         }
-        let mut next = g
-            .waiting
-            .iter()
-            .find(|c| c.phase_is(QUEUED))
-            .and_then(|c| c.data.lock().acquire_deadline);
-
+        let mut next = g.waiting.front().and_then(|c| c.data.lock().acquire_deadline);
         if let Some(idle) = self.config.idle_timeout {
             while let Some((_, since)) = g.idle_noncore.front() {
                 let due = *since + idle;
-                if due <= now {
-                    let (mb, _) = g.idle_noncore.pop_front().expect("front exists");
-                    g.live_noncore -= 1;
-                    g.stats.closed += 1;
-                    mb.request_exit();
-                } else {
+                if due > now {
                     next = Some(next.map_or(due, |n| n.min(due)));
                     break;
                 }
+                if let Some((mb, _)) = g.idle_noncore.pop_front() {
+                    g.live_noncore -= 1;
+                    g.stats.closed += 1;
+                    mb.request_exit();
+                }
             }
         }
-        let finished = std::mem::take(&mut g.finished);
-        let stop = g.closed && g.threads == 0;
-        drop(g);
-        let seconds = self
-            .config
-            .acquire_timeout
-            .map_or(f64::INFINITY, |d| d.as_secs_f64());
-        for call in expired {
-            call.finish(Outcome::Err(Error::AcquireTimeout { seconds }));
-        }
-        (finished, next, stop)
-    }
-
-    /// Parks the housekeeper until `deadline` or a wake-up.
-    pub fn housekeeper_sleep(&self, deadline: Option<Instant>) {
-        let mut g = self.inner.lock();
-        if !g.finished.is_empty() || (g.closed && g.threads == 0) {
-            return;
-        }
-        match deadline {
-            Some(d) => {
-                self.wake_housekeeper.wait_until(&mut g, d);
-            }
-            None => self.wake_housekeeper.wait(&mut g),
-        }
+        (expired, next)
     }
 
     /// Closes the pool: queued calls fail with "pool is closed", running calls finish, then every

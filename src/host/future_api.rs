@@ -130,7 +130,7 @@ fn cancel_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn pollfd => pollfd_impl);
 fn pollfd_impl(st: State) -> Result<c_int, Error> {
     let f = handle(st)?;
-    if f.poll.is_none() {
+    if f.poll.is_none() && !f.claimed {
         let signal = f
             .pool
             .poll_signal()
@@ -141,7 +141,10 @@ fn pollfd_impl(st: State) -> Result<c_int, Error> {
         st.push_integer(signal.fd() as i64);
         return Ok(1);
     }
-    let fd = f.poll.as_ref().map(|p| p.fd()).unwrap_or(-1);
+    let fd = match &f.poll {
+        Some(p) => p.fd(),
+        None => f.pool.poll_signal().map_err(|e| Error::Internal(format!("cannot create an eventfd: {e}")))?.fd(),
+    };
     st.push_integer(fd as i64);
     Ok(1)
 }

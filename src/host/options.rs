@@ -34,6 +34,11 @@ pub fn parse(st: State, idx: c_int) -> Result<Config, Error> {
             )))
         }
     }
+    if cfg.max_states() == 0 {
+        return Err(Error::BadArgument(
+            "options core = 0 and max_noncore = 0 leave the pool without any state: it needs at least one state (set core >= 1 or max_noncore >= 1)".into(),
+        ));
+    }
     read_package_paths(st, &mut cfg);
     Ok(cfg)
 }

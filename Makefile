@@ -1,0 +1,31 @@
+# vmpool: the two commands of the README are `make demo` and `make test`; both install what they
+# need first (Debian packages through apt-get, crates through cargo).
+LUA ?= lua5.4
+RUNTIMES ?= lua5.1 lua5.4 luajit
+
+.PHONY: all deps rock demo test lint bench report clean
+
+all: rock
+
+deps:
+	@scripts/install-deps.sh
+
+# make rock LUA=lua5.1|lua5.4|luajit: builds and installs the rock into lua_modules/$(LUA)/
+rock: deps
+	@scripts/rock.sh $(LUA)
+
+# the main job: a demo of the pool at work, with its stats
+demo: rock
+	@LUA=$(LUA) sh -c '. scripts/luaenv.sh && $(LUA) examples/demo.lua'
+
+# every test suite, on every runtime
+test: deps
+	@scripts/test.sh $(RUNTIMES)
+
+lint: deps
+	cargo fmt --check
+	cargo clippy --all-targets --locked -- -D warnings
+	luacheck --quiet spec examples bench src/lua
+
+clean:
+	rm -rf target lua_modules

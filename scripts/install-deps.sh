@@ -1,0 +1,24 @@
+#!/bin/sh
+# Installs the Debian packages vmpool needs (only the missing ones). Runs apt-get as root, or
+# through sudo. Usage: scripts/install-deps.sh [extra-package ...]
+set -eu
+pkgs="lua5.1 liblua5.1-0-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev luarocks lua-busted
+      lua-check lua-socket lua-cqueues lua-luv nginx libnginx-mod-http-lua lua-resty-core
+      pkg-config gcc make git $*"
+missing=""
+for p in $pkgs; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "vmpool: installing Debian packages:$missing"
+  if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
+  # Debian starts nginx as a service on install; the project runs its own instances
+  if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now nginx >/dev/null 2>&1 || true; fi
+  $sudo sh -c 'pkill -x nginx' 2>/dev/null || true
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "vmpool: Rust (cargo >= 1.88) is needed; install it with rustup (https://rustup.rs)" >&2
+  exit 1
+fi

@@ -1,0 +1,196 @@
+-- Coroutine-aware calls: pool:co_invoke, vmpool.run and vmpool.spawn, and other schedulers
+-- (cqueues) waiting on a future's file descriptor.
+local vmpool = require "vmpool"
+local Gate = require "spec.support.gate"
+
+local CHUNK = [[
+function helloLua(n) return n, 100000 end
+return { gate = gate, echo = function(...) return ... end, fail = function(m) error(m) end }
+]]
+
+describe("pool:co_invoke", function()
+  local pool
+  setup(function()
+    pool = vmpool.new { core = 2, init = Gate.CHILD }
+    pool:compile("c", CHUNK)
+  end)
+  teardown(function() pool:close() end)
+
+  it("behaves like invoke outside a coroutine", function()
+    local a, b = pool:co_invoke("c", "helloLua", 5)
+    assert.are.equal(5, a)
+    assert.are.equal(100000, b)
+  end)
+
+  it("behaves like invoke in a coroutine no scheduler drives", function()
+    local co = coroutine.wrap(function() return pool:co_invoke("c", "echo", "plain") end)
+    assert.are.equal("plain", co())
+  end)
+
+  it("raises the child's error in the calling coroutine", function()
+    local ok, err = vmpool.run(function()
+      return pcall(pool.co_invoke, pool, "c", "fail", "oops")
+    end)
+    if ok ~= nil then -- 5.1 cannot yield across pcall: then the error is about that
+      assert.is_false(ok)
+      assert.is_string(err)
+    end
+  end)
+end)
+
+describe("vmpool.run", function()
+  it("returns fn's results after every spawned coroutine finished", function()
+    local pool = vmpool.new { core = 2 }
+    pool:compile("c", CHUNK)
+    local done = 0
+    local a, b = vmpool.run(function(x)
+      for i = 1, 10 do
+        vmpool.spawn(function()
+          local n = pool:co_invoke("c", "helloLua", i)
+          assert(n == i)
+          done = done + 1
+        end)
+      end
+      return x, "end"
+    end, "start")
+    assert.are.equal("start", a)
+    assert.are.equal("end", b)
+    assert.are.equal(10, done)
+    pool:close()
+  end)
+
+  it("keeps many calls in flight while each coroutine waits", function()
+    local gate = Gate.new()
+    local pool = vmpool.new { core = 3, init = Gate.CHILD }
+    pool:compile("c", CHUNK)
+    local results = {}
+    vmpool.run(function()
+      for i = 1, 3 do
+        vmpool.spawn(function() results[i] = pool:co_invoke("c", "gate", gate.port, i) end)
+      end
+      -- this coroutine yields to let the three start; they are all inside the pool at once
+      vmpool.spawn(function()
+        gate:arrivals(3)
+        assert.are.equal(3, pool:stats().busy)
+        gate:release()
+      end)
+    end)
+    assert.are.same({ 1, 2, 3 }, results)
+    gate:close()
+    pool:close()
+  end)
+
+  it("runs 10,000 coroutines against a small blocking pool", function()
+    local pool = vmpool.new { core = 2, blocking = true }
+    pool:compile("c", CHUNK)
+    local sum, count = 0, 0
+    vmpool.run(function()
+      for i = 1, 10000 do
+        vmpool.spawn(function()
+          local n = pool:co_invoke("c", "helloLua", i)
+          sum = sum + n
+          count = count + 1
+        end)
+      end
+    end)
+    assert.are.equal(10000, count)
+    assert.are.equal(10000 * 10001 / 2, sum)
+    local s = pool:stats()
+    assert.are.equal(10000, s.succeeded)
+    assert.are.equal(0, s.busy)
+    assert.are.equal(0, s.waiting)
+    pool:close()
+  end)
+
+  it("runs 10,000 coroutines against a non-blocking pool: every call succeeds or is rejected", function()
+    local pool = vmpool.new { core = 2, max_noncore = 2, blocking = false }
+    pool:compile("c", CHUNK)
+    local ok_count, rejected = 0, 0
+    vmpool.run(function()
+      for i = 1, 10000 do
+        vmpool.spawn(function()
+          local ok, err = pcall(pool.submit, pool, "c", "helloLua", i)
+          if ok then
+            local fut = err
+            assert(fut:wait() == i)
+            ok_count = ok_count + 1
+          else
+            assert(err:match("^vmpool: pool exhausted"), err)
+            rejected = rejected + 1
+          end
+        end)
+      end
+    end)
+    assert.are.equal(10000, ok_count + rejected)
+    local s = pool:stats()
+    assert.are.equal(ok_count, s.succeeded)
+    assert.are.equal(rejected, s.rejected)
+    pool:close()
+  end)
+
+  it("propagates a failing coroutine's error with its traceback", function()
+    local ok, err = pcall(vmpool.run, function()
+      vmpool.spawn(function() error("spawned failure") end)
+    end)
+    assert.is_false(ok)
+    assert.matches("^vmpool.run: a coroutine failed: .*spawned failure", err)
+  end)
+
+  it("spawn outside run and nested run are errors", function()
+    local ok, err = pcall(vmpool.spawn, function() end)
+    assert.is_false(ok)
+    assert.matches("^vmpool: vmpool.spawn must be called inside vmpool.run", err)
+    vmpool.run(function()
+      local ok2, err2 = pcall(vmpool.run, function() end)
+      assert(not ok2 and err2:match("^vmpool: vmpool.run cannot run inside vmpool.run"), err2)
+    end)
+    ok, err = pcall(vmpool.run, 42)
+    assert.is_false(ok)
+    assert.matches("^vmpool: bad argument #1 to 'run'", err)
+  end)
+end)
+
+describe("futures in other event loops", function()
+  local has_cqueues, cqueues = pcall(require, "cqueues")
+
+  it("expose a pollable file descriptor", function()
+    local pool = vmpool.new { core = 1 }
+    pool:compile("c", CHUNK)
+    local fut = pool:submit("c", "echo", 1)
+    assert.is_number(fut:pollfd())
+    assert.are.equal("r", fut:events())
+    assert.is_nil(fut:timeout())
+    assert.are.equal(1, fut:wait())
+    pool:close()
+  end)
+
+  if has_cqueues then
+    it("drive co_invoke from cqueues through vmpool.awaiter", function()
+      local gate = Gate.new()
+      local pool = vmpool.new { core = 2, init = Gate.CHILD }
+      pool:compile("c", CHUNK)
+      vmpool.awaiter = function(fut)
+        while not fut:ready() do cqueues.poll(fut) end
+      end
+      local loop = cqueues.new()
+      local results, ticks = {}, 0
+      for i = 1, 2 do
+        loop:wrap(function() results[i] = pool:co_invoke("c", "gate", gate.port, i * 10) end)
+      end
+      -- another cqueues coroutine keeps running while both calls wait in the pool
+      loop:wrap(function()
+        -- cqueues may run this one first: let the two calls be submitted before blocking on them
+        while pool:stats().busy < 2 do cqueues.sleep(0) end
+        gate:arrivals(2)
+        for _ = 1, 5 do ticks = ticks + 1 cqueues.sleep(0) end
+        gate:release()
+      end)
+      assert(loop:loop(10))
+      vmpool.awaiter = nil
+      assert.are.same({ 10, 20 }, results)
+      assert.are.equal(5, ticks)
+      gate:close()
+      pool:close()
+    end)
+  end
+end)

@@ -1,0 +1,161 @@
+-- Values that cross between the host and a pool state, property-style: many random values must
+-- come back unchanged, and everything that cannot cross is refused with a clear error.
+local vmpool = require "vmpool"
+
+local has_integers = math.type ~= nil
+
+-- Deep comparison that treats NaN as equal to NaN and keeps the integer/float subtype (5.3+).
+local function same(a, b, seen)
+  if type(a) ~= type(b) then return false end
+  if type(a) == "number" then
+    if has_integers and math.type(a) ~= math.type(b) then return false end
+    if a ~= a then return b ~= b end
+    if a == 0 and b == 0 then return 1 / a == 1 / b end -- -0.0 stays -0.0
+    return a == b
+  end
+  if type(a) ~= "table" then return a == b end
+  seen = seen or {}
+  if seen[a] then return seen[a] == b end
+  seen[a] = b
+  for k, v in pairs(a) do
+    if not same(v, b[k], seen) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+
+-- A small seeded generator (not math.random: its sequence differs between runtimes).
+local function rng(seed)
+  local state = seed
+  return function(n)
+    state = (state * 1103515245 + 12345) % 2147483648
+    return state % n
+  end
+end
+
+local SPECIAL_NUMBERS = { 0, -0.0, 1 / 0, -1 / 0, 0 / 0, 0.5, -1e308, 2 ^ 53, -(2 ^ 53), 1e-310 }
+if has_integers then
+  for _, v in ipairs(load("return { math.maxinteger, math.mininteger, 0, -1, 3 }")()) do
+    SPECIAL_NUMBERS[#SPECIAL_NUMBERS + 1] = v
+  end
+end
+
+local function random_string(r)
+  local n = r(40)
+  local t = {}
+  for i = 1, n do t[i] = string.char(r(256)) end -- binary, embedded zeros included
+  return table.concat(t)
+end
+
+local function random_value(r, depth)
+  local kind = r(depth > 0 and 7 or 5)
+  if kind == 0 then return r(2) == 0 end
+  if kind == 1 then return SPECIAL_NUMBERS[r(#SPECIAL_NUMBERS) + 1] end
+  if kind == 2 then return r(1000000) - 500000 end
+  if kind == 3 then return random_string(r) end
+  if kind == 4 then return (r(1000000) - 500000) / 7 end
+  local t = {}
+  if kind == 5 then
+    for i = 1, r(20) do t[i] = random_value(r, depth - 1) end -- array part
+  end
+  for _ = 1, r(8) do
+    local key
+    local kk = r(4)
+    if kk == 0 then key = random_string(r)
+    elseif kk == 1 then key = r(100) + 0.5
+    elseif kk == 2 then key = r(2) == 0
+    else key = r(1000) + 100 end
+    local v = random_value(r, depth - 1)
+    if key == key then t[key] = v end
+  end
+  return t
+end
+
+describe("values crossing between states", function()
+  local pool
+  setup(function()
+    pool = vmpool.new { core = 2 }
+    pool:compile("v", [[
+      return {
+        echo = function(...) return ... end,
+        describe = function(x) return type(x), math.type and math.type(x) or "number" end,
+        make_cycle = function() local t = {} t.t = t return t end,
+        deep = function(n) local t = {} local c = t for _ = 1, n do c.x = {} c = c.x end return t end,
+      }
+    ]])
+  end)
+  teardown(function() pool:close() end)
+
+  it("keeps nil, booleans, numbers and binary strings unchanged", function()
+    local values = { true, false, "", "a\0b\0", string.rep("\255", 1000) }
+    for _, n in ipairs(SPECIAL_NUMBERS) do values[#values + 1] = n end
+    for _, v in ipairs(values) do
+      assert.is_true(same(v, (pool:invoke("v", "echo", v))), tostring(v))
+    end
+    assert.is_nil((pool:invoke("v", "echo", nil)))
+  end)
+
+  if has_integers then
+    it("keeps the integer and float subtypes (Lua 5.3+)", function()
+      local t, st = pool:invoke("v", "describe", 3)
+      assert.are.equal("number", t)
+      assert.are.equal("integer", st)
+      _, st = pool:invoke("v", "describe", 3.0)
+      assert.are.equal("float", st)
+      assert.are.equal("integer", math.type((pool:invoke("v", "echo", math.maxinteger))))
+    end)
+  end
+
+  it("keeps nested tables with array and hash parts", function()
+    local v = { 1, 2, nil, 4, name = "x", [10] = { deep = { true } }, [false] = 0.25, [3.5] = "k" }
+    assert.is_true(same(v, (pool:invoke("v", "echo", v))))
+  end)
+
+  it("sends shared (non-cyclic) subtables as copies", function()
+    local shared = { 1 }
+    local r = pool:invoke("v", "echo", { a = shared, b = shared })
+    assert.is_true(same({ 1 }, r.a))
+    assert.is_true(same({ 1 }, r.b))
+  end)
+
+  it("round-trips thousands of random nested values unchanged", function()
+    local r = rng(12345)
+    for i = 1, 2000 do
+      local v = random_value(r, 4)
+      local back = pool:invoke("v", "echo", v, i)
+      assert.is_true(same(v, back), "value #" .. i)
+    end
+  end)
+
+  it("accepts nesting up to 100 levels and refuses deeper, and cycles, naming the path", function()
+    local function nest(n)
+      local t = {}
+      local c = t
+      for _ = 2, n do c.x = {} c = c.x end
+      return t
+    end
+    assert.is_table(pool:invoke("v", "echo", nest(100)))
+    local ok, err = pcall(pool.invoke, pool, "v", "echo", nest(101))
+    assert.is_false(ok)
+    assert.matches("^vmpool: cannot pass argument #1 to 'echo': tables nested deeper than 100 levels", err)
+    ok, err = pcall(pool.invoke, pool, "v", "make_cycle")
+    assert.is_false(ok)
+    assert.matches("^vmpool: cannot pass result #1 of 'make_cycle': a table that contains itself %(a cycle%) at %.t", err)
+    ok, err = pcall(pool.invoke, pool, "v", "deep", 150)
+    assert.is_false(ok)
+    assert.matches("^vmpool: cannot pass result #1 of 'deep': tables nested deeper than 100 levels", err)
+  end)
+
+  it("refuses functions, userdata and threads, also as table keys", function()
+    for _, bad in ipairs { print, io.stdout, coroutine.create(function() end), { [print] = 1 }, { x = { y = print } } } do
+      local ok, err = pcall(pool.invoke, pool, "v", "echo", 1, bad)
+      assert.is_false(ok)
+      assert.matches("^vmpool: cannot pass argument #2 to 'echo'", err)
+    end
+    local ok, err = pcall(pool.invoke, pool, "v", "echo", { [print] = 1 })
+    assert.is_false(ok)
+    assert.matches("a function value at %[function%] %(a key%)", err)
+  end)
+end)
