@@ -333,7 +333,10 @@ describe("pool:submit and futures", function()
 
   it("cancel() stops a call that has not started; it never runs", function()
     local p = vmpool.new { core = 1, init = Gate.CHILD }
-    p:compile("g", "ran = 0 return { gate = gate, mark = function() ran = ran + 1 end, ran = function() return ran end }")
+    p:compile("g", [[
+      ran = 0
+      return { gate = gate, mark = function() ran = ran + 1 end, ran = function() return ran end }
+    ]])
     local holder = p:submit("g", "gate", gate.port)
     gate:arrivals(1)
     local queued = p:submit("g", "mark")

@@ -46,7 +46,7 @@ describe("strategy", function()
     pool:close()
   end)
 
-  it("unbounded pool (core = 0, max_noncore = math.huge, idle_timeout > 0): grows with load, reuses idle states", function()
+  it("unbounded pool (core = 0, max_noncore = math.huge, idle_timeout > 0): grows, reuses idle states", function()
     local pool = pool_with { core = 0, max_noncore = math.huge, idle_timeout = 60 }
     local futs = held(pool, gate, 4)
     local s = pool:stats()

@@ -133,12 +133,9 @@ impl Call {
     /// Claims a call that has not started (QUEUED or ASSIGNED) so that the claimer alone writes its
     /// outcome. Returns the phase it was claimed from.
     pub fn claim_unstarted(&self) -> Option<u32> {
-        for from in [QUEUED, ASSIGNED] {
-            if self.transition(from, CLAIMED) {
-                return Some(from);
-            }
-        }
-        None
+        [QUEUED, ASSIGNED]
+            .into_iter()
+            .find(|&from| self.transition(from, CLAIMED))
     }
 
     /// Writes the outcome and publishes DONE. Only the owner of the call (the worker that ran it, or

@@ -218,7 +218,10 @@ impl Child {
                 self.disarm();
                 result
             }
-            None => (Outcome::Err(Error::Internal("call without a chunk".into())), false),
+            None => (
+                Outcome::Err(Error::Internal("call without a chunk".into())),
+                false,
+            ),
         };
         let mut data = call.data.lock();
         data.buf = buf;
@@ -377,7 +380,7 @@ impl Child {
 impl Drop for Child {
     fn drop(&mut self) {
         LIMITS.with(|l| {
-            if l.get() == &*self.limits as *const Limits {
+            if std::ptr::eq(l.get(), &*self.limits) {
                 l.set(std::ptr::null());
             }
         });

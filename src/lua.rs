@@ -209,7 +209,9 @@ impl State {
         unsafe { ffi::lua_pushvalue(self.0, idx) }
     }
 
+    /// Pushes a pointer as a light userdata (Lua stores the value, it never dereferences it).
     #[inline]
+    #[allow(clippy::not_unsafe_ptr_arg_deref)]
     pub fn push_light_userdata(self, p: *mut c_void) {
         // SAFETY: as for `push_nil`; a light userdata is just a pointer value.
         unsafe { ffi::lua_pushlightuserdata(self.0, p) }

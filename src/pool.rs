@@ -445,7 +445,10 @@ impl Pool {
             let finished = std::mem::take(&mut g.finished);
             if !expired.is_empty() || !finished.is_empty() {
                 drop(g);
-                let seconds = self.config.acquire_timeout.map_or(f64::INFINITY, |d| d.as_secs_f64());
+                let seconds = self
+                    .config
+                    .acquire_timeout
+                    .map_or(f64::INFINITY, |d| d.as_secs_f64());
                 for call in expired {
                     call.finish(Outcome::Err(Error::AcquireTimeout { seconds }));
                 }
@@ -491,7 +494,10 @@ impl Pool {
                 _ => break,
             }
         }
-        let mut next = g.waiting.front().and_then(|c| c.data.lock().acquire_deadline);
+        let mut next = g
+            .waiting
+            .front()
+            .and_then(|c| c.data.lock().acquire_deadline);
         if let Some(idle) = self.config.idle_timeout {
             while let Some((_, since)) = g.idle_noncore.front() {
                 let due = *since + idle;

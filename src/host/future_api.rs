@@ -143,7 +143,11 @@ fn pollfd_impl(st: State) -> Result<c_int, Error> {
     }
     let fd = match &f.poll {
         Some(p) => p.fd(),
-        None => f.pool.poll_signal().map_err(|e| Error::Internal(format!("cannot create an eventfd: {e}")))?.fd(),
+        None => f
+            .pool
+            .poll_signal()
+            .map_err(|e| Error::Internal(format!("cannot create an eventfd: {e}")))?
+            .fd(),
     };
     st.push_integer(fd as i64);
     Ok(1)
