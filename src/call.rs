@@ -144,10 +144,7 @@ impl Call {
         self.data.lock().outcome = outcome;
         let old = self.state.swap(DONE, Ordering::AcqRel);
         if old & WAITER != 0 {
-            // SAFETY: the key is this call's address, only used as a parking-lot key.
-            unsafe {
-                parking_lot_core::unpark_all(self.key(), parking_lot_core::DEFAULT_UNPARK_TOKEN);
-            }
+            crate::sys::futex_wake(&self.state, i32::MAX);
         }
         if old & SUBSCRIBED != 0 {
             // `subscribe` stores the subscriber before it sets the flag, so it is there (unless
@@ -181,22 +178,18 @@ impl Call {
         self.data.lock().subscriber.take().is_some()
     }
 
-    fn key(&self) -> usize {
-        self as *const Call as usize
-    }
-
     /// Waits until the call is done or `deadline` passes; true if done.
     pub fn wait(&self, deadline: Option<Instant>, spin: &AdaptiveSpin) -> bool {
         if self.is_done() {
             return true;
         }
-        let start = Instant::now();
+        let start = spin.start();
         if spin.spin(start, || self.is_done()) {
             return true;
         }
         let done = self.park(deadline);
         if done {
-            spin.observe(start.elapsed());
+            spin.observe(start);
         }
         done
     }
@@ -207,27 +200,17 @@ impl Call {
             if old & PHASE == DONE {
                 return true;
             }
-            let validate = || self.state.load(Ordering::Acquire) & PHASE != DONE;
-            // SAFETY: parking on this call's address; `validate` runs under the parking lot's
-            // bucket lock, and `finish` unparks after publishing DONE, so no wake-up is lost.
-            let result = unsafe {
-                parking_lot_core::park(
-                    self.key(),
-                    validate,
-                    || {},
-                    |_, _| {},
-                    parking_lot_core::DEFAULT_PARK_TOKEN,
-                    deadline,
-                )
+            let timeout = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return false,
+                },
+                None => None,
             };
+            // sleeps only while the word is unchanged: `finish` swaps in DONE before waking
+            crate::sys::futex_wait(&self.state, old | WAITER, timeout);
             if self.is_done() {
                 return true;
-            }
-            if let parking_lot_core::ParkResult::TimedOut = result {
-                return false;
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return false;
             }
         }
     }

@@ -3,9 +3,10 @@
 //!
 //! Stack layout at rest (the state's main thread): slot 1 the message handler (adds a traceback),
 //! slot 2 the call trampoline (a C closure over slot 3), slot 3 the table of loaded chunks
-//! (`chunk id -> table the chunk returned | false`). A call pushes the trampoline and a pointer to
-//! its [`RunCtx`] and runs it under `lua_pcall`, so every Lua error (including running out of
-//! memory while decoding the arguments) lands in one place.
+//! (`chunk id -> table the chunk returned | false`), slot 4 the last function name. A call pushes
+//! the trampoline, a pointer to its [`RunCtx`] and the function name, and runs it under
+//! `lua_pcall`, so every Lua error (including running out of memory while decoding the arguments)
+//! lands in one place.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
@@ -26,7 +27,10 @@ use crate::Error;
 const MSGH: c_int = 1;
 const TRAMPOLINE: c_int = 2;
 const CHUNKS: c_int = 3;
-const BASE: c_int = 3;
+/// The name of the function called last, kept as a Lua string: most calls name the same function
+/// as the one before, and pushing the kept string is much cheaper than interning it again.
+const FUNC_NAME: c_int = 4;
+const BASE: c_int = 4;
 
 /// VM instructions between two checks of the time limit and of cancellation.
 const HOOK_COUNT: c_int = 1000;
@@ -43,6 +47,9 @@ pub struct Child {
     limits: Box<Limits>,
     /// Reused buffer for the function name (results go into the call's buffer).
     func: Vec<u8>,
+    /// The name held in slot `FUNC_NAME`.
+    func_in_slot: Vec<u8>,
+    encoder: value::Encoder,
     time_limit: Option<Duration>,
     memory_limit: Option<usize>,
 }
@@ -70,8 +77,6 @@ thread_local! {
 struct RunCtx {
     args: *const u8,
     args_len: usize,
-    func: *const u8,
-    func_len: usize,
     chunk_id: i64,
     failure: Failure,
 }
@@ -106,6 +111,7 @@ impl Child {
         st.push_value(-1);
         st.push_cclosure(TRAMPOLINE_FN, 1);
         st.insert(TRAMPOLINE);
+        st.push_str("");
 
         let mut child = Child {
             lua,
@@ -119,6 +125,8 @@ impl Child {
                 tripped: Cell::new(Trip::None),
             }),
             func: Vec::new(),
+            func_in_slot: Vec::new(),
+            encoder: value::Encoder::default(),
             time_limit: cfg.time_limit,
             memory_limit: cfg.memory_limit,
         };
@@ -250,13 +258,12 @@ impl Child {
     }
 
     fn ensure_loaded(&mut self, chunk: &Chunk) -> Result<(), (Outcome, bool)> {
-        let st = self.st;
-        let id = chunk.id as i64;
-        let t = st.raw_geti(CHUNKS, id);
-        st.pop(1);
-        if t != TNIL {
+        // a state has loaded few chunks: a scan beats asking Lua
+        if self.loaded.contains(&chunk.id) {
             return Ok(());
         }
+        let st = self.st;
+        let id = chunk.id as i64;
         let rc = st.load_binary(&chunk.bytecode, &chunk.name);
         let rc = if rc == 0 { st.pcall(0, 1, MSGH) } else { rc };
         if rc != 0 {
@@ -297,14 +304,19 @@ impl Child {
         let mut ctx = RunCtx {
             args: buf.as_ptr(),
             args_len: buf.len(),
-            func: self.func.as_ptr(),
-            func_len: self.func.len(),
             chunk_id: chunk.id as i64,
             failure: Failure::None,
         };
+        if self.func != self.func_in_slot {
+            st.push_bytes(&self.func);
+            st.replace(FUNC_NAME);
+            self.func_in_slot.clear();
+            self.func_in_slot.extend_from_slice(&self.func);
+        }
         st.push_value(TRAMPOLINE);
         st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
-        let rc = st.pcall(1, ffi::LUA_MULTRET, MSGH);
+        st.push_value(FUNC_NAME);
+        let rc = st.pcall(2, ffi::LUA_MULTRET, MSGH);
         let func_name = || String::from_utf8_lossy(&self.func).into_owned();
         if rc != 0 {
             let failed = self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
@@ -319,7 +331,10 @@ impl Child {
             Failure::None => {
                 buf.clear();
                 let n = st.top() - BASE;
-                match value::encode_values(st, BASE + 1, n, buf, Role::Result(&self.func)) {
+                match self
+                    .encoder
+                    .encode(st, BASE + 1, n, buf, Role::Result(&self.func))
+                {
                     Ok(()) => Outcome::Ok,
                     Err(e) => Outcome::Err(e),
                 }
@@ -421,31 +436,27 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     let st = unsafe { State::from_raw(l) };
     // SAFETY: `Child::call` pushed a pointer to a `RunCtx` that outlives this protected call.
     let ctx = unsafe { &mut *(st.to_userdata(1) as *mut RunCtx) };
-    st.set_top(0);
-    // SAFETY: `RunCtx` points at the call's buffers, which the worker keeps alive and unchanged
-    // during the call.
-    let (args, func) = unsafe {
-        (
-            std::slice::from_raw_parts(ctx.args, ctx.args_len),
-            std::slice::from_raw_parts(ctx.func, ctx.func_len),
-        )
-    };
+    // SAFETY: `RunCtx` points at the call's argument buffer, which the worker keeps alive and
+    // unchanged during the call.
+    let args = unsafe { std::slice::from_raw_parts(ctx.args, ctx.args_len) };
+    st.remove(1); // [name]
     let chunks = ffi::lua_upvalueindex(1);
     // the table the chunk returned first, then the globals
-    let returned_table = st.raw_geti(chunks, ctx.chunk_id) == TTABLE;
+    let returned_table = st.raw_geti(chunks, ctx.chunk_id) == TTABLE; // [name, t]
     if returned_table {
-        get_field(st, func);
+        get_field(st, 1); // [name, t, t[name]]
         if st.type_of(-1) == TNIL {
-            st.set_top(0);
+            st.set_top(1);
         }
     } else {
-        st.set_top(0);
+        st.set_top(1);
     }
-    if st.top() == 0 {
+    if st.top() == 1 {
         st.push_globals();
-        get_field(st, func);
+        get_field(st, 1); // [name, _G, _G[name]]
     }
-    st.remove(1);
+    st.replace(1);
+    st.set_top(1); // [function]
     let global = !returned_table;
     if !is_callable(st, 1) {
         ctx.failure = Failure::NoFunction { global };
@@ -464,9 +475,10 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     st.top() as isize
 }
 
-/// Replaces the table on top with `table[name]` (metamethods allowed: inside the protected call).
-fn get_field(st: State, name: &[u8]) {
-    st.push_bytes(name);
+/// Pushes `table[name]` for the table on top and the name at stack slot `name` (metamethods
+/// allowed: this runs inside the protected call).
+fn get_field(st: State, name: c_int) {
+    st.push_value(name);
     // SAFETY: table at -2, key on top; an error raised by an `__index` metamethod is caught by
     // the enclosing `lua_pcall`, and no Rust value with a destructor lives in the calling frames.
     unsafe { ffi::lua_gettable(st.as_ptr(), -2) };

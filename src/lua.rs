@@ -140,6 +140,22 @@ impl State {
         }
     }
 
+    /// The bytes of the value at `idx`, which the caller has checked is a string (this skips
+    /// the type check of [`State::to_bytes`]; on a number it would convert the slot in place).
+    /// Same lifetime rule as `to_bytes`.
+    #[inline]
+    pub fn string_bytes<'a>(self, idx: c_int) -> &'a [u8] {
+        let mut len = 0usize;
+        // SAFETY: as for `to_bytes`: Lua returns `len` bytes it keeps alive with the value.
+        unsafe {
+            let p = ffi::lua_tolstring(self.0, idx, &mut len);
+            if p.is_null() {
+                return &[];
+            }
+            std::slice::from_raw_parts(p as *const u8, len)
+        }
+    }
+
     #[inline]
     pub fn to_userdata(self, idx: c_int) -> *mut c_void {
         // SAFETY: as for `top`.
@@ -286,6 +302,13 @@ impl State {
     pub fn insert(self, idx: c_int) {
         // SAFETY: as for `push_nil`.
         unsafe { ffi::lua_insert(self.0, idx) }
+    }
+
+    /// Moves the top value into slot `idx` (popping it).
+    #[inline]
+    pub fn replace(self, idx: c_int) {
+        // SAFETY: as for `push_nil`.
+        unsafe { ffi::lua_replace(self.0, idx) }
     }
 
     #[inline]

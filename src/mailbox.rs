@@ -1,9 +1,9 @@
 //! A worker's inbox: one call at a time (the pool reserves a state before posting to it), plus an
-//! exit request. Lock-free on the hot path: posting is one atomic swap, and a futex wake only when
-//! the worker is parked.
+//! exit request. Lock-free: posting is one pointer store and one atomic `or`; a futex wake-up
+//! happens only when the worker sleeps.
 
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::call::Call;
@@ -14,87 +14,78 @@ pub enum Letter {
     Exit,
 }
 
+/// A call is in `slot`.
+const LETTER: u32 = 1;
+/// The worker was asked to exit.
+const EXIT: u32 = 2;
+/// The worker sleeps (or is about to) on `state`.
+const SLEEPING: u32 = 4;
+
 #[derive(Default)]
 pub struct Mailbox {
     /// An `Arc<Call>` turned into a raw pointer, or null.
     slot: AtomicPtr<Call>,
-    exit: AtomicBool,
-    /// The worker is parked or about to park.
-    sleeping: AtomicBool,
+    /// `LETTER | EXIT | SLEEPING` bits; the futex word.
+    state: AtomicU32,
 }
 
 impl Mailbox {
-    fn key(&self) -> usize {
-        self as *const Mailbox as usize
-    }
-
     pub fn post(&self, call: Arc<Call>) {
         let prev = self
             .slot
-            .swap(Arc::into_raw(call) as *mut Call, Ordering::SeqCst);
+            .swap(Arc::into_raw(call) as *mut Call, Ordering::AcqRel);
         debug_assert!(prev.is_null(), "a reserved worker got a second call");
         if !prev.is_null() {
-            // SAFETY: a non-null slot always holds a pointer from `Arc::into_raw` (see `post`).
+            // SAFETY: a non-null slot always holds a pointer from `Arc::into_raw` (see above).
             drop(unsafe { Arc::from_raw(prev) });
         }
-        self.wake();
+        self.ring(LETTER);
     }
 
     pub fn request_exit(&self) {
-        self.exit.store(true, Ordering::SeqCst);
-        self.wake();
+        self.ring(EXIT);
     }
 
-    fn wake(&self) {
-        if self.sleeping.load(Ordering::SeqCst) {
-            // SAFETY: the key is this mailbox's address, used only as a parking-lot key.
-            unsafe {
-                parking_lot_core::unpark_one(self.key(), |_| {
-                    parking_lot_core::DEFAULT_UNPARK_TOKEN
-                });
-            }
+    fn ring(&self, bit: u32) {
+        if self.state.fetch_or(bit, Ordering::AcqRel) & SLEEPING != 0 {
+            crate::sys::futex_wake(&self.state, 1);
         }
     }
 
     fn take(&self) -> Option<Arc<Call>> {
-        let p = self.slot.swap(ptr::null_mut(), Ordering::Acquire);
+        self.state.fetch_and(!LETTER, Ordering::AcqRel);
+        let p = self.slot.swap(ptr::null_mut(), Ordering::AcqRel);
         // SAFETY: a non-null slot holds a pointer from `Arc::into_raw`, and the swap gave us the
         // only copy of it.
         (!p.is_null()).then(|| unsafe { Arc::from_raw(p) })
     }
 
-    fn has_letter(&self) -> bool {
-        !self.slot.load(Ordering::SeqCst).is_null() || self.exit.load(Ordering::SeqCst)
-    }
-
     /// Blocks until a call or an exit request arrives (a call is delivered before an exit).
     pub fn wait(&self, spin: &AdaptiveSpin) -> Letter {
-        let start = std::time::Instant::now();
+        let wait = spin.start();
         loop {
-            if let Some(call) = self.take() {
-                spin.observe(start.elapsed());
-                return Letter::Call(call);
-            }
-            if self.exit.load(Ordering::SeqCst) {
-                return Letter::Exit;
-            }
-            if spin.spin(start, || self.has_letter()) {
+            let s = self.state.load(Ordering::Acquire);
+            if s & LETTER != 0 {
+                if let Some(call) = self.take() {
+                    spin.observe(wait);
+                    return Letter::Call(call);
+                }
                 continue;
             }
-            self.sleeping.store(true, Ordering::SeqCst);
-            // SAFETY: parking on this mailbox's address; `validate` runs under the bucket lock and
-            // `post`/`request_exit` publish before checking `sleeping`, so no wake-up is lost.
-            unsafe {
-                parking_lot_core::park(
-                    self.key(),
-                    || !self.has_letter(),
-                    || {},
-                    |_, _| {},
-                    parking_lot_core::DEFAULT_PARK_TOKEN,
-                    None,
-                );
+            if s & EXIT != 0 {
+                return Letter::Exit;
             }
-            self.sleeping.store(false, Ordering::SeqCst);
+            if spin.spin(wait, || {
+                self.state.load(Ordering::Acquire) & (LETTER | EXIT) != 0
+            }) {
+                continue;
+            }
+            let old = self.state.fetch_or(SLEEPING, Ordering::AcqRel);
+            if old & (LETTER | EXIT) == 0 {
+                // sleeps only while nothing was posted: `ring` changes the word before waking
+                crate::sys::futex_wait(&self.state, old | SLEEPING, None);
+            }
+            self.state.fetch_and(!SLEEPING, Ordering::AcqRel);
         }
     }
 }

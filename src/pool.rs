@@ -106,7 +106,13 @@ pub struct Pool {
     pid: u32,
     /// Created on the first `fut:pollfd()`.
     poll: Mutex<Option<Arc<crate::notify::PollSignal>>>,
+    /// Finished calls given back by dropped futures, for the host to reuse (no allocation per
+    /// call in the steady state).
+    spare_calls: Mutex<Vec<Arc<Call>>>,
 }
+
+/// Most calls kept in `spare_calls`.
+const MAX_SPARE_CALLS: usize = 1024;
 
 impl Pool {
     /// Creates the pool and its core states; fails (leaving nothing running) if a state cannot
@@ -123,6 +129,7 @@ impl Pool {
             fork_generation: crate::sys::fork_generation(),
             pid: crate::sys::pid(),
             poll: Mutex::new(None),
+            spare_calls: Mutex::new(Vec::new()),
         });
         let hk = {
             let p = pool.clone();
@@ -158,6 +165,25 @@ impl Pool {
             return Err(e);
         }
         Ok(pool)
+    }
+
+    /// Keeps a finished call nobody else holds, for reuse.
+    pub fn give_back_call(&self, mut call: Arc<Call>) {
+        if let Some(c) = Arc::get_mut(&mut call) {
+            let mut spare = self.spare_calls.lock();
+            if spare.len() < MAX_SPARE_CALLS {
+                c.reset();
+                spare.push(call);
+            }
+        }
+    }
+
+    /// Moves up to 64 spare calls into `out`.
+    pub fn take_spare_calls(&self, out: &mut Vec<Arc<Call>>) {
+        let mut spare = self.spare_calls.lock();
+        let n = spare.len().min(64);
+        let from = spare.len() - n;
+        out.extend(spare.drain(from..));
     }
 
     /// The pool's poll descriptor for foreign event loops (created on first use).

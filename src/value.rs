@@ -52,8 +52,41 @@ struct Refusal {
     path: Vec<String>,
 }
 
-/// Encodes the `count` values starting at stack index `first` into `out` (appending).
-/// The stack is left as it was, also on error.
+/// Encodes values from a Lua stack. Keep one per thread of use and reuse it: it keeps its
+/// scratch space (the path of tables being encoded, for cycle detection) between messages.
+#[derive(Default)]
+pub struct Encoder {
+    /// Tables on the path from the top-level value to the current one.
+    ancestors: Vec<*const c_void>,
+}
+
+impl Encoder {
+    /// Encodes the `count` values starting at stack index `first` into `out` (appending).
+    /// The stack is left as it was, also on error.
+    pub fn encode(
+        &mut self,
+        st: State,
+        first: c_int,
+        count: c_int,
+        out: &mut Vec<u8>,
+        role: Role<'_>,
+    ) -> Result<(), crate::Error> {
+        let count = count.max(0);
+        out.extend_from_slice(&(count as u32).to_le_bytes());
+        let mut w = Writer {
+            out,
+            ancestors: &mut self.ancestors,
+        };
+        for i in 0..count {
+            // a failing table restores the stack itself (see `Writer::table`)
+            w.value(st, first + i, 0)
+                .map_err(|r| describe(role, i + 1, r))?;
+        }
+        Ok(())
+    }
+}
+
+/// Encodes with a fresh [`Encoder`] (tests and cold paths).
 pub fn encode_values(
     st: State,
     first: c_int,
@@ -61,22 +94,10 @@ pub fn encode_values(
     out: &mut Vec<u8>,
     role: Role<'_>,
 ) -> Result<(), crate::Error> {
-    let top = st.top();
-    out.extend_from_slice(&(count.max(0) as u32).to_le_bytes());
-    let mut enc = Encoder {
-        out,
-        path: [std::ptr::null(); MAX_DEPTH],
-    };
-    for i in 0..count.max(0) {
-        if let Err(refusal) = enc.value(st, first + i, 0) {
-            st.set_top(top);
-            return Err(describe(role, i + 1, refusal));
-        }
-    }
-    Ok(())
+    Encoder::default().encode(st, first, count, out, role)
 }
 
-fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
+fn describe(role: Role<'_>, position: c_int, r: Refused) -> crate::Error {
     let (what, func) = match role {
         Role::Argument(f) => (format!("argument #{position} to"), f),
         Role::Result(f) => (format!("result #{position} of"), f),
@@ -85,7 +106,7 @@ fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
     let at = if r.path.is_empty() {
         String::new()
     } else {
-        let mut p: Vec<String> = r.path;
+        let mut p: Vec<String> = r.path.clone();
         p.reverse();
         format!(" at {}", p.concat())
     };
@@ -95,14 +116,13 @@ fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
     ))
 }
 
-struct Encoder<'o> {
+struct Writer<'o> {
     out: &'o mut Vec<u8>,
-    /// Tables on the path from the top-level value to the current one (cycle detection).
-    path: [*const c_void; MAX_DEPTH],
+    ancestors: &'o mut Vec<*const c_void>,
 }
 
-impl Encoder<'_> {
-    fn value(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refusal> {
+impl Writer<'_> {
+    fn value(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
         match st.type_of(idx) {
             TNIL => self.out.push(TAG_NIL),
             TBOOLEAN => self.out.push(if st.to_boolean(idx) {
@@ -110,23 +130,23 @@ impl Encoder<'_> {
             } else {
                 TAG_FALSE
             }),
-            TNUMBER => match st.to_integer_exact(idx) {
-                Some(i) => {
-                    self.out.push(TAG_INT);
-                    self.out.extend_from_slice(&i.to_le_bytes());
-                }
-                None => {
-                    self.out.push(TAG_FLOAT);
-                    self.out
-                        .extend_from_slice(&st.to_number(idx).to_bits().to_le_bytes());
-                }
-            },
+            TNUMBER => {
+                let (tag, bits) = match st.to_integer_exact(idx) {
+                    Some(i) => (TAG_INT, i as u64),
+                    None => (TAG_FLOAT, st.to_number(idx).to_bits()),
+                };
+                let b = bits.to_le_bytes();
+                self.out
+                    .extend_from_slice(&[tag, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+            }
             TSTRING => {
-                let s = st.to_bytes(idx).unwrap_or_default();
+                let s = st.string_bytes(idx);
                 let len =
                     u32::try_from(s.len()).map_err(|_| refuse("a string longer than 4 GiB"))?;
-                self.out.push(TAG_STR);
-                self.out.extend_from_slice(&len.to_le_bytes());
+                let l = len.to_le_bytes();
+                self.out.reserve(5 + s.len());
+                self.out
+                    .extend_from_slice(&[TAG_STR, l[0], l[1], l[2], l[3]]);
                 self.out.extend_from_slice(s);
             }
             TTABLE => self.table(st, idx, depth)?,
@@ -137,18 +157,29 @@ impl Encoder<'_> {
         Ok(())
     }
 
-    fn table(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refusal> {
+    /// Encodes the table at `idx`; on error the stack is back as it was.
+    fn table(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
+        let top = st.top();
+        let r = self.table_contents(st, idx, depth);
+        if r.is_err() {
+            st.set_top(top);
+        }
+        r
+    }
+
+    fn table_contents(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
         if depth >= MAX_DEPTH {
             return Err(refuse(&format!(
                 "tables nested deeper than {MAX_DEPTH} levels"
             )));
         }
         let idx = st.abs_index(idx);
-        let ptr = st.to_pointer(idx);
-        if self.path[..depth].contains(&ptr) {
+        let t = st.to_pointer(idx);
+        self.ancestors.truncate(depth);
+        if self.ancestors.contains(&t) {
             return Err(refuse("a table that contains itself (a cycle)"));
         }
-        self.path[depth] = ptr;
+        self.ancestors.push(t);
         if !st.check_stack(4) {
             return Err(refuse("a table nested too deeply for the Lua stack"));
         }
@@ -174,10 +205,12 @@ impl Encoder<'_> {
                 st.pop(1);
                 continue;
             }
-            let key = key_label(st, -2);
-            self.value(st, -2, depth + 1)
-                .map_err(|e| e.within(format!("{key} (a key)")))?;
-            self.value(st, -1, depth + 1).map_err(|e| e.within(key))?;
+            // the label is only built on error; nested encoding only pushes above the key slot
+            let key = st.top() - 1;
+            self.value(st, key, depth + 1)
+                .map_err(|e| e.within(format!("{} (a key)", key_label(st, key))))?;
+            self.value(st, key + 1, depth + 1)
+                .map_err(|e| e.within(key_label(st, key)))?;
             st.pop(1);
             nhash = nhash
                 .checked_add(1)
@@ -188,15 +221,18 @@ impl Encoder<'_> {
     }
 }
 
-fn refuse(problem: &str) -> Refusal {
-    Refusal {
+/// Boxed so that the encoder's `Result`s stay one word on the (common) success path.
+type Refused = Box<Refusal>;
+
+fn refuse(problem: &str) -> Refused {
+    Box::new(Refusal {
         problem: problem.to_string(),
         path: Vec::new(),
-    }
+    })
 }
 
 impl Refusal {
-    fn within(mut self, segment: String) -> Refusal {
+    fn within(mut self: Box<Self>, segment: String) -> Refused {
         self.path.push(segment);
         self
     }
@@ -204,7 +240,7 @@ impl Refusal {
 
 /// True if the key at `idx` is an integer in `1..=n` (already sent as part of the array).
 fn is_array_key(st: State, idx: c_int, n: usize) -> bool {
-    if st.type_of(idx) != TNUMBER || n == 0 {
+    if n == 0 || st.type_of(idx) != TNUMBER {
         return false;
     }
     if let Some(i) = st.to_integer_exact(idx) {
@@ -243,6 +279,10 @@ pub struct Corrupt(pub &'static str);
 
 /// Receives decoded values. The decoder drives it depth-first; tables are built bottom-up.
 pub trait Sink {
+    /// Room for `n` more values at the current level (called with the message's value count).
+    fn reserve(&mut self, _n: u32) -> Result<(), Corrupt> {
+        Ok(())
+    }
     fn nil(&mut self) -> Result<(), Corrupt>;
     fn boolean(&mut self, b: bool) -> Result<(), Corrupt>;
     fn integer(&mut self, i: i64) -> Result<(), Corrupt>;
@@ -263,6 +303,7 @@ pub fn decode_values<S: Sink>(buf: &[u8], sink: &mut S) -> Result<u32, Corrupt> 
     if count as usize > r.left() {
         return Err(Corrupt("value count larger than the message"));
     }
+    sink.reserve(count)?;
     for _ in 0..count {
         decode_one(&mut r, sink, 0)?;
     }
@@ -340,7 +381,12 @@ impl<'a> Reader<'a> {
     }
 
     fn u8(&mut self) -> Result<u8, Corrupt> {
-        Ok(self.array::<1>()?[0])
+        let b = *self
+            .buf
+            .get(self.pos)
+            .ok_or(Corrupt("message ends early"))?;
+        self.pos += 1;
+        Ok(b)
     }
 
     fn u32(&mut self) -> Result<u32, Corrupt> {
@@ -364,33 +410,39 @@ impl LuaSink {
 }
 
 impl Sink for LuaSink {
+    fn reserve(&mut self, n: u32) -> Result<(), Corrupt> {
+        if self.st.check_stack((n as c_int).saturating_add(2)) {
+            Ok(())
+        } else {
+            Err(Corrupt("Lua stack overflow"))
+        }
+    }
     fn nil(&mut self) -> Result<(), Corrupt> {
-        self.room()?;
         self.st.push_nil();
         Ok(())
     }
     fn boolean(&mut self, b: bool) -> Result<(), Corrupt> {
-        self.room()?;
         self.st.push_bool(b);
         Ok(())
     }
     fn integer(&mut self, i: i64) -> Result<(), Corrupt> {
-        self.room()?;
         self.st.push_integer(i);
         Ok(())
     }
     fn float(&mut self, f: f64) -> Result<(), Corrupt> {
-        self.room()?;
         self.st.push_number(f);
         Ok(())
     }
     fn string(&mut self, s: &[u8]) -> Result<(), Corrupt> {
-        self.room()?;
         self.st.push_bytes(s);
         Ok(())
     }
+    /// Pushes the new table; its elements need a key and a value slot above it, and a nested
+    /// table's own check covers the levels below.
     fn begin_table(&mut self, narr: u32, nhash: u32) -> Result<(), Corrupt> {
-        self.room()?;
+        if !self.st.check_stack(3) {
+            return Err(Corrupt("Lua stack overflow"));
+        }
         let clamp = |n: u32| n.min(1 << 26) as c_int;
         self.st.create_table(clamp(narr), clamp(nhash));
         Ok(())
@@ -411,16 +463,6 @@ impl Sink for LuaSink {
         }
         st.raw_set(-3);
         Ok(())
-    }
-}
-
-impl LuaSink {
-    fn room(&self) -> Result<(), Corrupt> {
-        if self.st.check_stack(3) {
-            Ok(())
-        } else {
-            Err(Corrupt("Lua stack overflow"))
-        }
     }
 }
 

@@ -10,14 +10,15 @@ use std::time::Duration;
 use crate::call::{Call, RUNNING};
 use crate::host::notifier_api::NotifierHandle;
 use crate::host::pool_api::{push_outcome, RESULT_WAIT};
-use crate::host::userdata::{self, UV_FUTURE, UV_NOTIFIER};
+use crate::host::userdata;
 use crate::lua::{State, TNIL, TNONE, TNUMBER};
 use crate::notify::{PollSignal, Subscriber};
 use crate::pool::Pool;
 use crate::Error;
 
 pub struct FutureHandle {
-    call: Arc<Call>,
+    /// Always `Some` until the future is dropped (then the call may be reused).
+    call: Option<Arc<Call>>,
     pool: Arc<Pool>,
     /// The pool's poll signal, once `pollfd()` subscribed this future to it.
     poll: Option<Arc<PollSignal>>,
@@ -26,18 +27,26 @@ pub struct FutureHandle {
     claimed: bool,
 }
 
+impl userdata::Tagged for FutureHandle {
+    const TAG: u64 = 0x766d_706f_6f6c_0002;
+}
+
 impl FutureHandle {
     pub fn new(call: Arc<Call>, pool: Arc<Pool>) -> FutureHandle {
         FutureHandle {
-            call,
+            call: Some(call),
             pool,
             poll: None,
             claimed: false,
         }
     }
 
+    fn call(&self) -> &Call {
+        self.call.as_deref().expect("a live future holds its call")
+    }
+
     fn done(&mut self) -> bool {
-        let done = self.call.is_done();
+        let done = self.call().is_done();
         if done && !self.claimed {
             self.claimed = true;
             if let Some(p) = &self.poll {
@@ -53,16 +62,21 @@ impl Drop for FutureHandle {
         if let Some(p) = self.poll.take() {
             if !self.claimed {
                 // finished or not, this future will not be looked at again: balance its signal
-                if !self.call.unsubscribe() {
+                if !self.call().unsubscribe() {
                     p.claim();
                 }
+            }
+        }
+        if let Some(call) = self.call.take() {
+            if call.is_done() {
+                self.pool.give_back_call(call);
             }
         }
     }
 }
 
 fn handle<'a>(st: State) -> Result<&'a mut FutureHandle, Error> {
-    userdata::get::<FutureHandle>(st, 1, UV_FUTURE)
+    userdata::get::<FutureHandle>(st, 1)
         .and_then(|b| b.get())
         .ok_or_else(|| {
             Error::BadArgument(
@@ -98,10 +112,10 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
             )))
         }
     };
-    if !f.call.is_done() {
+    if !f.call().is_done() {
         f.pool.check_process()?;
         let deadline = crate::call::deadline_after(timeout);
-        let done = RESULT_WAIT.with(|spin| f.call.wait(deadline, spin));
+        let done = RESULT_WAIT.with(|spin| f.call().wait(deadline, spin));
         if !done {
             let seconds = timeout.map_or(f64::INFINITY, |d| d.as_secs_f64());
             st.set_top(0);
@@ -112,16 +126,16 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     }
     f.done();
     st.set_top(0);
-    push_outcome(st, &f.call)
+    push_outcome(st, f.call())
 }
 
 crate::lua_function!(pub fn cancel => cancel_impl);
 fn cancel_impl(st: State) -> Result<c_int, Error> {
     let f = handle(st)?;
-    let cancelled = f.pool.cancel(&f.call);
-    if !cancelled && f.call.phase() == RUNNING {
+    let cancelled = f.pool.cancel(f.call());
+    if !cancelled && f.call().phase() == RUNNING {
         // interrupted at the child's next hook check (pools with a time_limit)
-        f.call.interrupt.store(true, Ordering::Relaxed);
+        f.call().interrupt.store(true, Ordering::Relaxed);
     }
     st.push_bool(cancelled);
     Ok(1)
@@ -135,9 +149,12 @@ fn pollfd_impl(st: State) -> Result<c_int, Error> {
             .pool
             .poll_signal()
             .map_err(|e| Error::Internal(format!("cannot create an eventfd: {e}")))?;
-        if f.call.subscribe(Subscriber::Poll(signal.clone())) {
-            f.poll = Some(signal.clone());
+        if !f.call().subscribe(Subscriber::Poll(signal.clone())) {
+            // already finished: make the descriptor readable for this future too, so a poller
+            // does not sleep on it (claimed, like any other, when the owner sees it done)
+            signal.raise();
         }
+        f.poll = Some(signal.clone());
         st.push_integer(signal.fd() as i64);
         return Ok(1);
     }
@@ -156,7 +173,7 @@ fn pollfd_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn subscribe => subscribe_impl);
 fn subscribe_impl(st: State) -> Result<c_int, Error> {
     let f = handle(st)?;
-    let notifier = userdata::get::<NotifierHandle>(st, 2, UV_NOTIFIER)
+    let notifier = userdata::get::<NotifierHandle>(st, 2)
         .and_then(|b| b.get())
         .ok_or_else(|| {
             Error::BadArgument("bad argument #1 to '_subscribe': expected a notifier".into())
@@ -169,22 +186,22 @@ fn subscribe_impl(st: State) -> Result<c_int, Error> {
         ));
     }
     let token = st.to_number(3) as u64;
-    let subscribed = f.call.subscribe(Subscriber::Queue { notifier, token });
+    let subscribed = f.call().subscribe(Subscriber::Queue { notifier, token });
     st.push_bool(subscribed);
     Ok(1)
 }
 
 crate::lua_function!(pub fn gc => gc_impl);
 fn gc_impl(st: State) -> Result<c_int, Error> {
-    userdata::finalize::<FutureHandle>(st, 1, UV_FUTURE);
+    userdata::finalize::<FutureHandle>(st, 1);
     Ok(0)
 }
 
 crate::lua_function!(pub fn tostring => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
-    let text = match userdata::get::<FutureHandle>(st, 1, UV_FUTURE).and_then(|b| b.get()) {
+    let text = match userdata::get::<FutureHandle>(st, 1).and_then(|b| b.get()) {
         Some(f) => {
-            let phase = match f.call.phase() {
+            let phase = match f.call().phase() {
                 crate::call::QUEUED => "queued",
                 crate::call::ASSIGNED => "assigned",
                 crate::call::RUNNING => "running",

@@ -17,8 +17,12 @@ pub struct NotifierHandle {
     tokens: Vec<u64>,
 }
 
+impl userdata::Tagged for NotifierHandle {
+    const TAG: u64 = 0x766d_706f_6f6c_0003;
+}
+
 fn handle<'a>(st: State) -> Result<&'a mut NotifierHandle, Error> {
-    userdata::get::<NotifierHandle>(st, 1, UV_NOTIFIER)
+    userdata::get::<NotifierHandle>(st, 1)
         .and_then(|b| b.get())
         .ok_or_else(|| Error::BadArgument("expected a notifier as first argument".into()))
 }
@@ -72,6 +76,6 @@ fn drain_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn gc => gc_impl);
 fn gc_impl(st: State) -> Result<c_int, Error> {
-    userdata::finalize::<NotifierHandle>(st, 1, UV_NOTIFIER);
+    userdata::finalize::<NotifierHandle>(st, 1);
     Ok(0)
 }

@@ -31,8 +31,16 @@ pub struct PoolHandle {
     last_chunk: Option<(u64, Arc<Chunk>)>,
     /// Finished calls ready for reuse, so a call allocates nothing in the steady state.
     spare: Vec<Arc<Call>>,
+    /// Finished calls a worker may still hold for a moment (it drops its reference right after
+    /// publishing the outcome); they become spare once we hold the only reference.
+    returning: Vec<Arc<Call>>,
     closed: bool,
     pub poll: Option<Arc<crate::notify::PollSignal>>,
+    encoder: value::Encoder,
+}
+
+impl userdata::Tagged for PoolHandle {
+    const TAG: u64 = 0x766d_706f_6f6c_0001;
 }
 
 /// Keep at most this many spare calls per pool.
@@ -74,13 +82,17 @@ impl PoolHandle {
             .to_bytes(3)
             .ok_or_else(|| bad_arg(st, 3, method, "a function name (string)"))?;
         let chunk = self.chunk(name)?;
-        let mut call = self.spare.pop().unwrap_or_default();
+        let mut call = match self.spare.pop() {
+            Some(c) => c,
+            None => self.reclaim().unwrap_or_default(),
+        };
         let encoded = match Arc::get_mut(&mut call) {
             Some(c) => {
                 let d = c.data.get_mut();
                 d.func.extend_from_slice(func);
                 d.chunk = Some(chunk);
-                value::encode_values(st, 4, st.top() - 3, &mut d.buf, Role::Argument(func))
+                self.encoder
+                    .encode(st, 4, st.top() - 3, &mut d.buf, Role::Argument(func))
             }
             None => Err(Error::Internal("a spare call was shared".into())),
         };
@@ -93,14 +105,34 @@ impl PoolHandle {
         }
     }
 
-    /// Gives a finished call back for reuse (only if nobody else holds it any more).
+    /// Gives a finished call back for reuse.
     pub fn recycle(&mut self, mut call: Arc<Call>) {
-        if self.spare.len() < MAX_SPARE {
-            if let Some(c) = Arc::get_mut(&mut call) {
+        match Arc::get_mut(&mut call) {
+            Some(c) if self.spare.len() < MAX_SPARE => {
                 c.reset();
                 self.spare.push(call);
             }
+            Some(_) => {}
+            None if self.returning.len() < MAX_SPARE => self.returning.push(call),
+            None => {}
         }
+    }
+
+    /// A reusable call from those returning from workers or those futures gave back.
+    fn reclaim(&mut self) -> Option<Arc<Call>> {
+        if let Some(i) = self
+            .returning
+            .iter_mut()
+            .position(|c| Arc::get_mut(c).is_some())
+        {
+            let mut call = self.returning.swap_remove(i);
+            if let Some(c) = Arc::get_mut(&mut call) {
+                c.reset();
+            }
+            return Some(call);
+        }
+        self.pool.take_spare_calls(&mut self.spare);
+        self.spare.pop()
     }
 }
 
@@ -126,7 +158,7 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
 }
 
 fn handle<'a>(st: State) -> Result<&'a mut PoolHandle, Error> {
-    userdata::get::<PoolHandle>(st, 1, UV_POOL)
+    userdata::get::<PoolHandle>(st, 1)
         .and_then(|b| b.get())
         .ok_or_else(|| {
             Error::BadArgument(
@@ -143,6 +175,8 @@ fn new_pool_impl(st: State) -> Result<c_int, Error> {
         pool,
         last_chunk: None,
         spare: Vec::new(),
+        returning: Vec::new(),
+        encoder: value::Encoder::default(),
         closed: false,
         poll: None,
     };
@@ -248,10 +282,11 @@ fn stats_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn close => close_impl);
 fn close_impl(st: State) -> Result<c_int, Error> {
-    if let Some(h) = userdata::get::<PoolHandle>(st, 1, UV_POOL).and_then(|b| b.get()) {
+    if let Some(h) = userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
         h.closed = true;
         h.last_chunk = None;
         h.spare.clear();
+        h.returning.clear();
         h.pool.close();
     }
     Ok(0)
@@ -259,16 +294,16 @@ fn close_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn gc => gc_impl);
 fn gc_impl(st: State) -> Result<c_int, Error> {
-    if let Some(h) = userdata::get::<PoolHandle>(st, 1, UV_POOL).and_then(|b| b.get()) {
+    if let Some(h) = userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
         h.pool.close();
     }
-    userdata::finalize::<PoolHandle>(st, 1, UV_POOL);
+    userdata::finalize::<PoolHandle>(st, 1);
     Ok(0)
 }
 
 crate::lua_function!(pub fn tostring => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
-    let text = match userdata::get::<PoolHandle>(st, 1, UV_POOL).and_then(|b| b.get()) {
+    let text = match userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
         Some(h) if !h.closed => {
             let s = h.pool.stats();
             format!(

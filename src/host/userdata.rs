@@ -1,8 +1,10 @@
 //! Rust values inside Lua full userdata, type-checked by metatable identity.
 //!
 //! Every C function of the module is a closure over the same upvalues: the metatables of the
-//! pool, future and notifier types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`]). A userdata is of
-//! type T if its metatable is T's (one raw comparison, no registry lookup).
+//! pool, future and notifier types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`]), used to create
+//! objects. Checking an argument's type does not push anything: a block of exactly our size that
+//! starts with the type's 64-bit tag (a random constant) is ours. Only the module writes those
+//! tags; the metatable is protected (`__metatable`), so Lua code cannot swap it either.
 
 use std::ffi::c_int;
 use std::mem::ManuallyDrop;
@@ -19,8 +21,14 @@ pub const NUM_UPVALUES: c_int = 3;
 /// The block a userdata holds. `live` turns false once `__gc` dropped the value: Lua may still
 /// hand a finalized object to a method (resurrection), which then sees it as closed.
 pub struct Boxed<T> {
+    tag: u64,
     live: bool,
     value: ManuallyDrop<T>,
+}
+
+/// A type that lives in a userdata, with its tag.
+pub trait Tagged {
+    const TAG: u64;
 }
 
 /// Lua guarantees 8-byte alignment for userdata blocks on every supported runtime.
@@ -37,13 +45,14 @@ impl<T> Boxed<T> {
 }
 
 /// Pushes a new userdata holding `value`, with the metatable at `mt` (usually an upvalue index).
-pub fn push<T>(st: State, value: T, mt: c_int) {
+pub fn push<T: Tagged>(st: State, value: T, mt: c_int) {
     const { assert!(std::mem::align_of::<Boxed<T>>() <= MAX_ALIGN) };
     let p = st.new_userdata(std::mem::size_of::<Boxed<T>>()) as *mut Boxed<T>;
     // SAFETY: Lua returned a fresh block of the requested size with at least `MAX_ALIGN`
     // alignment (checked above for `T`).
     unsafe {
         p.write(Boxed {
+            tag: T::TAG,
             live: true,
             value: ManuallyDrop::new(value),
         })
@@ -52,27 +61,30 @@ pub fn push<T>(st: State, value: T, mt: c_int) {
     st.set_metatable(-2);
 }
 
-/// The `Boxed<T>` at `idx` if its metatable is the one at `mt`.
+/// The `Boxed<T>` at `idx` if it is one.
 ///
 /// The reference is valid while the userdata is on the stack (it is an argument of the running C
 /// function); callers take it once per call.
-pub fn get<'a, T>(st: State, idx: c_int, mt: c_int) -> Option<&'a mut Boxed<T>> {
-    if st.type_of(idx) != ffi::LUA_TUSERDATA || !st.get_metatable(idx) {
+pub fn get<'a, T: Tagged>(st: State, idx: c_int) -> Option<&'a mut Boxed<T>> {
+    if st.type_of(idx) != ffi::LUA_TUSERDATA || st.raw_len(idx) != std::mem::size_of::<Boxed<T>>() {
         return None;
     }
-    let same = st.raw_equal(-1, mt);
-    st.pop(1);
-    if !same {
-        return None;
+    let p = st.to_userdata(idx) as *mut Boxed<T>;
+    // SAFETY: the block is a full userdata of exactly `size_of::<Boxed<T>>()` bytes, aligned as
+    // Lua aligns userdata (checked in `push`), so reading its first word is in bounds; only
+    // `push::<T>` writes `T::TAG` there, so a match means the block holds a `Boxed<T>`, kept
+    // alive by the stack slot `idx`.
+    unsafe {
+        if std::ptr::addr_of!((*p).tag).read() != T::TAG {
+            return None;
+        }
+        Some(&mut *p)
     }
-    // SAFETY: only `push::<T>` sets this metatable on a userdata, so the block holds a
-    // `Boxed<T>`; the userdata is kept alive by the stack slot `idx`.
-    Some(unsafe { &mut *(st.to_userdata(idx) as *mut Boxed<T>) })
 }
 
 /// Drops the value of the `Boxed<T>` at `idx` (the `__gc` metamethod). Safe to call twice.
-pub fn finalize<T>(st: State, idx: c_int, mt: c_int) {
-    if let Some(b) = get::<T>(st, idx, mt) {
+pub fn finalize<T: Tagged>(st: State, idx: c_int) {
+    if let Some(b) = get::<T>(st, idx) {
         if b.live {
             b.live = false;
             // SAFETY: `live` was true, so the value was initialized and not dropped yet; it is
