@@ -94,7 +94,7 @@ impl AdaptiveSpin {
             self.skip.set(skip.saturating_sub(1));
             let n = self.untimed.get().wrapping_add(1);
             self.untimed.set(n);
-            if n % 16 != 0 {
+            if !n.is_multiple_of(16) {
                 return Wait {
                     start: None,
                     spin: false,

@@ -80,7 +80,7 @@ impl Encoder {
         for i in 0..count {
             // a failing table restores the stack itself (see `Writer::table`)
             w.value(st, first + i, 0)
-                .map_err(|r| describe(role, i + 1, r))?;
+                .map_err(|r| describe(role, i + 1, *r))?;
         }
         Ok(())
     }
@@ -97,7 +97,7 @@ pub fn encode_values(
     Encoder::default().encode(st, first, count, out, role)
 }
 
-fn describe(role: Role<'_>, position: c_int, r: Refused) -> crate::Error {
+fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
     let (what, func) = match role {
         Role::Argument(f) => (format!("argument #{position} to"), f),
         Role::Result(f) => (format!("result #{position} of"), f),
@@ -106,7 +106,7 @@ fn describe(role: Role<'_>, position: c_int, r: Refused) -> crate::Error {
     let at = if r.path.is_empty() {
         String::new()
     } else {
-        let mut p: Vec<String> = r.path.clone();
+        let mut p: Vec<String> = r.path;
         p.reverse();
         format!(" at {}", p.concat())
     };

@@ -2,6 +2,8 @@
 //! and notifier types, the native functions, and then runs the Lua half of the module
 //! (`src/lua/vmpool.lua`: `co_invoke`, `vmpool.run`, `vmpool.spawn`) over them.
 
+pub mod call_cache;
+pub mod driver_api;
 pub mod future_api;
 pub mod notifier_api;
 pub mod options;
@@ -46,10 +48,17 @@ const FUTURE_META: Methods = &[
 ];
 const NOTIFIER_METHODS: Methods = &[("wait", notifier_api::wait), ("drain", notifier_api::drain)];
 const NOTIFIER_META: Methods = &[("__gc", notifier_api::gc)];
+const DRIVER_METHODS: Methods = &[
+    ("submit", driver_api::submit),
+    ("result", driver_api::result),
+    ("wait", driver_api::wait),
+];
+const DRIVER_META: Methods = &[("__gc", driver_api::gc)];
 const FUNCTIONS: Methods = &[
     ("new", pool_api::new_pool),
     ("clock", clock),
     ("_notifier", notifier_api::new_notifier),
+    ("_driver", driver_api::new_driver),
 ];
 
 crate::lua_function!(fn clock => clock_impl);
@@ -75,18 +84,24 @@ pub fn open(st: State) -> Result<c_int, Error> {
         ));
     }
     st.set_top(0);
-    // slots 1..3: the metatables every function closes over (see userdata.rs)
-    for name in ["vmpool.pool", "vmpool.future", "vmpool.notifier"] {
+    // slots 1..4: the metatables every function closes over (see userdata.rs)
+    for name in [
+        "vmpool.pool",
+        "vmpool.future",
+        "vmpool.notifier",
+        "vmpool.driver",
+    ] {
         st.create_table(0, 6);
         st.push_str(name);
         st.raw_set_str(-2, "__name");
     }
-    let native = 4;
+    let native = 5;
     st.create_table(0, 8);
-    let types: [(&str, c_int, Methods, Methods); 3] = [
+    let types: [(&str, c_int, Methods, Methods); 4] = [
         ("pool_methods", 1, POOL_METHODS, POOL_META),
         ("future_methods", 2, FUTURE_METHODS, FUTURE_META),
         ("notifier_methods", 3, NOTIFIER_METHODS, NOTIFIER_META),
+        ("driver_methods", 4, DRIVER_METHODS, DRIVER_META),
     ];
     for (field, mt, methods, meta) in types {
         st.create_table(0, methods.len() as c_int);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::call::{Call, Outcome};
 use crate::chunk::Chunk;
+use crate::host::call_cache::CallCache;
 use crate::host::future_api::FutureHandle;
 use crate::host::userdata::{self, UV_FUTURE, UV_POOL};
 use crate::lua::State;
@@ -30,10 +31,8 @@ pub struct PoolHandle {
     /// The chunk named by the last call, valid while the registry epoch is unchanged.
     last_chunk: Option<(u64, Arc<Chunk>)>,
     /// Finished calls ready for reuse, so a call allocates nothing in the steady state.
-    spare: Vec<Arc<Call>>,
-    /// Finished calls a worker may still hold for a moment (it drops its reference right after
-    /// publishing the outcome); they become spare once we hold the only reference.
-    returning: Vec<Arc<Call>>,
+    /// Finished calls kept for reuse.
+    cache: CallCache,
     closed: bool,
     pub poll: Option<Arc<crate::notify::PollSignal>>,
     encoder: value::Encoder,
@@ -42,9 +41,6 @@ pub struct PoolHandle {
 impl userdata::Tagged for PoolHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0001;
 }
-
-/// Keep at most this many spare calls per pool.
-const MAX_SPARE: usize = 64;
 
 impl PoolHandle {
     fn check(&self) -> Result<(), Error> {
@@ -74,72 +70,66 @@ impl PoolHandle {
 
     /// Builds a call from `pool:METHOD(chunk, fn, ...)` arguments at stack slots 2.. .
     pub fn prepare(&mut self, st: State, method: &str) -> Result<Arc<Call>, Error> {
+        let mut cache = std::mem::take(&mut self.cache);
+        let call = self.prepare_with(st, 2, method, &mut cache);
+        self.cache = cache;
+        call
+    }
+
+    /// Builds a call from arguments `chunk, fn, ...` starting at stack slot `base`, in a call
+    /// record taken from `cache` (given back to it on error).
+    pub fn prepare_with(
+        &mut self,
+        st: State,
+        base: c_int,
+        method: &str,
+        cache: &mut CallCache,
+    ) -> Result<Arc<Call>, Error> {
         self.check()?;
         let name = st
-            .to_bytes(2)
-            .ok_or_else(|| bad_arg(st, 2, method, "a chunk name (string)"))?;
+            .to_bytes(base)
+            .ok_or_else(|| bad_arg(st, base, 1, method, "a chunk name (string)"))?;
         let func = st
-            .to_bytes(3)
-            .ok_or_else(|| bad_arg(st, 3, method, "a function name (string)"))?;
+            .to_bytes(base + 1)
+            .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
         let chunk = self.chunk(name)?;
-        let mut call = match self.spare.pop() {
-            Some(c) => c,
-            None => self.reclaim().unwrap_or_default(),
-        };
+        let mut call = cache.take(Some(&self.pool));
         let encoded = match Arc::get_mut(&mut call) {
             Some(c) => {
                 let d = c.data.get_mut();
                 d.func.extend_from_slice(func);
                 d.chunk = Some(chunk);
-                self.encoder
-                    .encode(st, 4, st.top() - 3, &mut d.buf, Role::Argument(func))
+                let first = base + 2;
+                self.encoder.encode(
+                    st,
+                    first,
+                    st.top() - first + 1,
+                    &mut d.buf,
+                    Role::Argument(func),
+                )
             }
             None => Err(Error::Internal("a spare call was shared".into())),
         };
         match encoded {
             Ok(()) => Ok(call),
             Err(e) => {
-                self.recycle(call);
+                cache.put(call);
                 Err(e)
             }
         }
     }
 
     /// Gives a finished call back for reuse.
-    pub fn recycle(&mut self, mut call: Arc<Call>) {
-        match Arc::get_mut(&mut call) {
-            Some(c) if self.spare.len() < MAX_SPARE => {
-                c.reset();
-                self.spare.push(call);
-            }
-            Some(_) => {}
-            None if self.returning.len() < MAX_SPARE => self.returning.push(call),
-            None => {}
-        }
-    }
-
-    /// A reusable call from those returning from workers or those futures gave back.
-    fn reclaim(&mut self) -> Option<Arc<Call>> {
-        if let Some(i) = self
-            .returning
-            .iter_mut()
-            .position(|c| Arc::get_mut(c).is_some())
-        {
-            let mut call = self.returning.swap_remove(i);
-            if let Some(c) = Arc::get_mut(&mut call) {
-                c.reset();
-            }
-            return Some(call);
-        }
-        self.pool.take_spare_calls(&mut self.spare);
-        self.spare.pop()
+    pub fn recycle(&mut self, call: Arc<Call>) {
+        self.cache.put(call);
     }
 }
 
-fn bad_arg(st: State, idx: c_int, method: &str, expected: &str) -> Error {
+/// "bad argument #`position` to `method`" for the value at stack slot `idx`.
+pub fn bad_arg(st: State, idx: c_int, position: c_int, method: &str, expected: &str) -> Error {
     Error::BadArgument(format!(
         "bad argument #{} to '{method}': expected {expected}, got {}",
-        idx - 1,
+        position,
         st.type_name(idx)
     ))
 }
@@ -174,8 +164,7 @@ fn new_pool_impl(st: State) -> Result<c_int, Error> {
     let h = PoolHandle {
         pool,
         last_chunk: None,
-        spare: Vec::new(),
-        returning: Vec::new(),
+        cache: CallCache::default(),
         encoder: value::Encoder::default(),
         closed: false,
         poll: None,
@@ -190,7 +179,7 @@ fn compile_impl(st: State) -> Result<c_int, Error> {
     h.check()?;
     let name = st
         .to_bytes(2)
-        .ok_or_else(|| bad_arg(st, 2, "compile", "a chunk name (string)"))?;
+        .ok_or_else(|| bad_arg(st, 2, 1, "compile", "a chunk name (string)"))?;
     let name = std::str::from_utf8(name)
         .map_err(|_| Error::BadArgument("chunk names must be UTF-8 text".into()))?
         .to_string();
@@ -201,7 +190,7 @@ fn compile_impl(st: State) -> Result<c_int, Error> {
     }
     let source = st
         .to_bytes(3)
-        .ok_or_else(|| bad_arg(st, 3, "compile", "Lua source (string)"))?;
+        .ok_or_else(|| bad_arg(st, 3, 2, "compile", "Lua source (string)"))?;
     let chunk = Arc::new(Chunk::compile(st, &name, source)?);
     h.pool.chunks.lock().insert(chunk);
     h.pool.chunk_epoch.fetch_add(1, Ordering::AcqRel);
@@ -215,7 +204,7 @@ fn unload_impl(st: State) -> Result<c_int, Error> {
     h.check()?;
     let name = st
         .to_bytes(2)
-        .ok_or_else(|| bad_arg(st, 2, "unload", "a chunk name (string)"))?;
+        .ok_or_else(|| bad_arg(st, 2, 1, "unload", "a chunk name (string)"))?;
     let removed = h.pool.chunks.lock().remove(name);
     if removed {
         h.pool.chunk_epoch.fetch_add(1, Ordering::AcqRel);
@@ -285,8 +274,7 @@ fn close_impl(st: State) -> Result<c_int, Error> {
     if let Some(h) = userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
         h.closed = true;
         h.last_chunk = None;
-        h.spare.clear();
-        h.returning.clear();
+        h.cache.clear();
         h.pool.close();
     }
     Ok(0)

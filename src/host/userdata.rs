@@ -1,7 +1,8 @@
 //! Rust values inside Lua full userdata, type-checked by metatable identity.
 //!
 //! Every C function of the module is a closure over the same upvalues: the metatables of the
-//! pool, future and notifier types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`]), used to create
+//! pool, future, notifier and driver types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`],
+//! [`UV_DRIVER`]), used to create
 //! objects. Checking an argument's type does not push anything: a block of exactly our size that
 //! starts with the type's 64-bit tag (a random constant) is ours. Only the module writes those
 //! tags; the metatable is protected (`__metatable`), so Lua code cannot swap it either.
@@ -16,7 +17,8 @@ use crate::lua::State;
 pub const UV_POOL: c_int = ffi::lua_upvalueindex(1);
 pub const UV_FUTURE: c_int = ffi::lua_upvalueindex(2);
 pub const UV_NOTIFIER: c_int = ffi::lua_upvalueindex(3);
-pub const NUM_UPVALUES: c_int = 3;
+pub const UV_DRIVER: c_int = ffi::lua_upvalueindex(4);
+pub const NUM_UPVALUES: c_int = 4;
 
 /// The block a userdata holds. `live` turns false once `__gc` dropped the value: Lua may still
 /// hand a finalized object to a method (resurrection), which then sees it as closed.

@@ -47,15 +47,9 @@ local function in_coroutine()
   return co
 end
 
-function Driver:await(fut, co)
-  local token = self.next_token
-  self.next_token = token + 1
-  if fut:_subscribe(self.notifier, token) then
-    self.waiting[token] = co
-    coroutine_yield(WAIT)
-  end
-  return fut:wait()
-end
+local Native = native.driver_methods
+local native_submit, native_result, native_wait = Native.submit, Native.result, Native.wait
+
 
 function Driver:spawn(fn, ...)
   local args = pack(...)
@@ -66,8 +60,8 @@ function Driver:spawn(fn, ...)
   return co
 end
 
-function Driver:step(co)
-  local ok, first = coroutine_resume(co)
+-- After resuming `co`, when it did not simply yield to wait for a call.
+function Driver:stepped(co, ok, first)
   if coroutine_status(co) == "dead" then
     self.live = self.live - 1
     driver_of[co] = nil
@@ -84,12 +78,17 @@ end
 --- runs (under vmpool.run, or a scheduler set as vmpool.awaiter). Outside a coroutine, or in a
 --- coroutine no scheduler drives, it blocks like invoke.
 function Pool:co_invoke(chunk, fn, ...)
-  local co = in_coroutine()
-  if co then
-    local d = driver_of[co]
-    if d then
-      return d:await(self:submit(chunk, fn, ...), co)
-    end
+  local co = coroutine_running()
+  local d = driver_of[co]
+  if d then
+    -- under vmpool.run: submitted natively (no future object); the coroutine yields until the
+    -- call's token comes back from native_wait
+    local token = native_submit(d.native, self, chunk, fn, ...)
+    d.waiting[token] = co
+    coroutine_yield(WAIT)
+    return native_result(d.native, token)
+  end
+  if in_coroutine() then
     local awaiter = M.awaiter
     if awaiter then
       local fut = self:submit(chunk, fn, ...)
@@ -106,31 +105,37 @@ function M.run(fn, ...)
   if type(fn) ~= "function" then
     error("vmpool: bad argument #1 to 'run': expected a function, got " .. type(fn), 2)
   end
-  local co = in_coroutine()
-  if co and driver_of[co] then
+  if driver_of[coroutine_running()] then
     error("vmpool: vmpool.run cannot run inside vmpool.run (use vmpool.spawn)", 2)
   end
   local d = setmetatable({
-    notifier = native._notifier(),
-    ready = {},
-    waiting = {},
+    native = native._driver(),
+    ready = {}, -- coroutines to resume in this round
+    spare = {}, -- the other round's list, reused
+    waiting = {}, -- token -> coroutine waiting for that call
+    tokens = {}, -- reused buffer for finished tokens
     live = 0,
-    next_token = 1,
   }, Driver)
   local results
   local args = pack(...)
   d:spawn(function() results = pack(fn(unpack(args, 1, args.n))) end)
   while d.live > 0 do
     local ready = d.ready
-    if #ready > 0 then
-      d.ready = {}
+    if ready[1] ~= nil then
+      d.ready, d.spare = d.spare, ready
       for i = 1, #ready do
-        d:step(ready[i])
+        local co = ready[i]
+        ready[i] = nil
+        local ok, first = coroutine_resume(co)
+        if not ok or first ~= WAIT then
+          d:stepped(co, ok, first)
+        end
       end
     else
-      local tokens = d.notifier:wait()
+      local tokens = d.tokens
+      local n = native_wait(d.native, tokens)
       local waiting, queue = d.waiting, d.ready
-      for i = 1, #tokens do
+      for i = 1, n do
         local t = tokens[i]
         local waiter = waiting[t]
         if waiter then

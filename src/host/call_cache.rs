@@ -1,0 +1,63 @@
+//! Finished calls kept for reuse, so that a call allocates nothing in the steady state: its
+//! record, argument buffer and name buffer all come back.
+//!
+//! A worker drops its reference to a call right after publishing the outcome, so the caller may
+//! see the outcome while the worker still holds the call for a moment: such calls wait in
+//! `returning` until the caller holds the only reference.
+
+use std::sync::Arc;
+
+use crate::call::Call;
+use crate::pool::Pool;
+
+/// Most calls kept in each list.
+const MAX_KEPT: usize = 64;
+
+#[derive(Default)]
+pub struct CallCache {
+    spare: Vec<Arc<Call>>,
+    returning: Vec<Arc<Call>>,
+}
+
+impl CallCache {
+    /// A call nobody else holds, reset; from this cache, else from the pool's shared spares
+    /// (given back by dropped futures), else a new one.
+    pub fn take(&mut self, pool: Option<&Pool>) -> Arc<Call> {
+        if let Some(c) = self.spare.pop() {
+            return c;
+        }
+        if let Some(i) = self
+            .returning
+            .iter_mut()
+            .position(|c| Arc::get_mut(c).is_some())
+        {
+            let mut call = self.returning.swap_remove(i);
+            if let Some(c) = Arc::get_mut(&mut call) {
+                c.reset();
+            }
+            return call;
+        }
+        if let Some(pool) = pool {
+            pool.take_spare_calls(&mut self.spare);
+        }
+        self.spare.pop().unwrap_or_default()
+    }
+
+    /// Gives a finished call back.
+    pub fn put(&mut self, mut call: Arc<Call>) {
+        match Arc::get_mut(&mut call) {
+            Some(c) if self.spare.len() < MAX_KEPT => {
+                c.reset();
+                self.spare.push(call);
+            }
+            Some(_) => {}
+            None if self.returning.len() < MAX_KEPT => self.returning.push(call),
+            None => {}
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.spare.clear();
+        self.returning.clear();
+    }
+}

@@ -1,0 +1,145 @@
+//! The native half of `vmpool.run`: it submits a coroutine's call, remembers it under a small
+//! integer token, and hands the Lua driver the tokens of finished calls.
+//!
+//! Under `vmpool.run`, `co_invoke` does not create a future: a future is a userdata with a
+//! finalizer, and thousands of them per second made the garbage collector, not the pool, the
+//! bottleneck. A call lives in the driver's slot table from `submit` to `result`, its record is
+//! reused afterwards, and tokens (slot numbers) are reused too, so the Lua side's table of
+//! waiting coroutines stays a small array.
+
+use std::ffi::c_int;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::call::{deadline_after, Call};
+use crate::host::call_cache::CallCache;
+use crate::host::pool_api::{push_outcome, PoolHandle};
+use crate::host::userdata::{self, Tagged, UV_DRIVER};
+use crate::lua::{State, TNUMBER, TTABLE};
+use crate::notify::{Notifier, Subscriber};
+use crate::Error;
+
+pub struct DriverHandle {
+    notifier: Arc<Notifier>,
+    /// Calls in flight by token (token = index + 1).
+    slots: Vec<Option<Arc<Call>>>,
+    free: Vec<u32>,
+    cache: CallCache,
+    /// Reused between waits.
+    tokens: Vec<u64>,
+}
+
+impl Tagged for DriverHandle {
+    const TAG: u64 = 0x766d_706f_6f6c_0004;
+}
+
+fn handle<'a>(st: State) -> Result<&'a mut DriverHandle, Error> {
+    userdata::get::<DriverHandle>(st, 1)
+        .and_then(|b| b.get())
+        .ok_or_else(|| Error::BadArgument("expected a vmpool.run driver as first argument".into()))
+}
+
+crate::lua_function!(pub fn new_driver => new_impl);
+fn new_impl(st: State) -> Result<c_int, Error> {
+    let h = DriverHandle {
+        notifier: Notifier::new(),
+        slots: Vec::new(),
+        free: Vec::new(),
+        cache: CallCache::default(),
+        tokens: Vec::new(),
+    };
+    userdata::push(st, h, UV_DRIVER);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn submit => submit_impl);
+/// `driver:submit(pool, chunk, fn, ...)` -> token. Raises like `pool:invoke` when the call
+/// cannot be submitted.
+fn submit_impl(st: State) -> Result<c_int, Error> {
+    let d = handle(st)?;
+    let pool = userdata::get::<PoolHandle>(st, 2)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument("expected a pool (call it as pool:co_invoke(...))".into())
+        })?;
+    let call = pool.prepare_with(st, 3, "co_invoke", &mut d.cache)?;
+    if let Err(e) = pool.pool.submit(call.clone()) {
+        d.cache.put(call);
+        return Err(e);
+    }
+    let slot = match d.free.pop() {
+        Some(i) => i as usize,
+        None => {
+            d.slots.push(None);
+            d.slots.len() - 1
+        }
+    };
+    let token = slot as u64 + 1;
+    let subscriber = Subscriber::Queue {
+        notifier: d.notifier.clone(),
+        token,
+    };
+    if !call.subscribe(subscriber) {
+        // finished already: queue its token ourselves
+        d.notifier.push(token);
+    }
+    d.slots[slot] = Some(call);
+    st.set_top(0);
+    st.push_integer(token as i64);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn result => result_impl);
+/// `driver:result(token)` -> the call's results (raises its error). Frees the token.
+fn result_impl(st: State) -> Result<c_int, Error> {
+    let d = handle(st)?;
+    let slot = (st.type_of(2) == TNUMBER)
+        .then(|| st.to_number(2) as usize)
+        .filter(|&t| t >= 1 && t <= d.slots.len())
+        .map(|t| t - 1)
+        .ok_or_else(|| Error::Internal("vmpool.run: unknown call token".into()))?;
+    let call = d.slots[slot]
+        .take()
+        .ok_or_else(|| Error::Internal("vmpool.run: call token used twice".into()))?;
+    d.free.push(slot as u32);
+    if !call.is_done() {
+        // resumed early (by user code): wait for it rather than hand out nothing
+        crate::host::pool_api::RESULT_WAIT.with(|spin| call.wait(None, spin));
+    }
+    st.set_top(0);
+    let results = push_outcome(st, &call);
+    d.cache.put(call);
+    results
+}
+
+crate::lua_function!(pub fn wait => wait_impl);
+/// `driver:wait(buffer [, timeout])` -> n: sleeps until calls finished (or `timeout` seconds
+/// passed), writes their tokens into `buffer[1..n]`.
+fn wait_impl(st: State) -> Result<c_int, Error> {
+    let d = handle(st)?;
+    if st.type_of(2) != TTABLE {
+        return Err(Error::Internal("driver:wait needs a buffer table".into()));
+    }
+    let deadline = if st.type_of(3) == TNUMBER {
+        deadline_after(Duration::try_from_secs_f64(st.to_number(3).max(0.0)).ok())
+    } else {
+        None
+    };
+    let mut tokens = std::mem::take(&mut d.tokens);
+    d.notifier.wait(deadline, &mut tokens);
+    for (i, t) in tokens.iter().enumerate() {
+        st.push_integer(*t as i64);
+        st.raw_seti(2, i as i64 + 1);
+    }
+    let n = tokens.len();
+    tokens.clear();
+    d.tokens = tokens;
+    st.push_integer(n as i64);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn gc => gc_impl);
+fn gc_impl(st: State) -> Result<c_int, Error> {
+    userdata::finalize::<DriverHandle>(st, 1);
+    Ok(0)
+}
