@@ -198,15 +198,15 @@ impl Writer<'_> {
         }
 
         let mut nhash: u32 = 0;
+        // the key sits in this slot during the traversal, its value above it; nested encoding only
+        // pushes above them (and the labels for errors are only built on error)
+        let key = st.top() + 1;
         st.push_nil();
         while st.next(idx) {
-            // key at -2, value at -1
-            if is_array_key(st, -2, n) {
+            if is_array_key(st, key, n) {
                 st.pop(1);
                 continue;
             }
-            // the label is only built on error; nested encoding only pushes above the key slot
-            let key = st.top() - 1;
             self.value(st, key, depth + 1)
                 .map_err(|e| e.within(format!("{} (a key)", key_label(st, key))))?;
             self.value(st, key + 1, depth + 1)
@@ -343,6 +343,7 @@ fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result
                 sink.set_index(i)?;
             }
             for _ in 0..nhash {
+                check_key(r)?;
                 decode_one(r, sink, depth + 1)?;
                 decode_one(r, sink, depth + 1)?;
                 sink.set_pair()?;
@@ -350,6 +351,27 @@ fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result
             Ok(())
         }
         _ => Err(Corrupt("unknown tag")),
+    }
+}
+
+/// Refuses a table key Lua cannot store (nil, NaN) before it is decoded, so sinks need not
+/// inspect what they pushed.
+fn check_key(r: &Reader<'_>) -> Result<(), Corrupt> {
+    match r.buf.get(r.pos) {
+        Some(&TAG_NIL) => Err(Corrupt("nil or NaN table key")),
+        Some(&TAG_FLOAT) => {
+            let bits = r
+                .buf
+                .get(r.pos + 1..r.pos + 9)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .ok_or(Corrupt("message ends early"))?;
+            if f64::from_bits(u64::from_le_bytes(bits)).is_nan() {
+                Err(Corrupt("nil or NaN table key"))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
     }
 }
 
@@ -451,17 +473,9 @@ impl Sink for LuaSink {
         self.st.raw_seti(-2, i as i64);
         Ok(())
     }
+    /// The decoder has refused nil and NaN keys (`check_key`).
     fn set_pair(&mut self) -> Result<(), Corrupt> {
-        let st = self.st;
-        let bad_key = match st.type_of(-2) {
-            TNIL => true,
-            TNUMBER => st.to_number(-2).is_nan(),
-            _ => false,
-        };
-        if bad_key {
-            return Err(Corrupt("nil or NaN table key"));
-        }
-        st.raw_set(-3);
+        self.st.raw_set(-3);
         Ok(())
     }
 }
