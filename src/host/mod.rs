@@ -2,6 +2,8 @@
 //! and notifier types, the native functions, and then runs the Lua half of the module
 //! (`src/lua/vmpool.lua`: `co_invoke`, `vmpool.run`, `vmpool.spawn`) over them.
 
+#[cfg(feature = "count-alloc")]
+pub mod count_alloc;
 pub mod future_api;
 pub mod notifier_api;
 pub mod options;
@@ -27,6 +29,8 @@ const POOL_METHODS: Methods = &[
     ("unload", pool_api::unload),
     ("stats", pool_api::stats),
     ("close", pool_api::close),
+    #[cfg(feature = "count-alloc")]
+    ("_alloc_counts", count_alloc::alloc_counts),
 ];
 const POOL_META: Methods = &[
     ("__gc", pool_api::gc),
