@@ -29,6 +29,7 @@ local TARGETS = {
 local function num(v, digits)
   if type(v) ~= "number" then return "–" end
   digits = digits or 2
+  if math.abs(v) < 0.5 * 10 ^ -digits then v = 0 end -- no "-0"
   local s = string.format("%." .. digits .. "f", v)
   -- thousands separators for the integer part
   local int, frac = s:match("^(-?%d+)(.*)$")

@@ -98,7 +98,8 @@ function M.bars(c)
   for _, t in ipairs(ticks) do
     local x = x_of(t)
     add(string.format('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>', x, top - 4, x, plot_bottom))
-    add(string.format('<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>', x, plot_bottom + 14, fmt(t)))
+    add(string.format('<text x="%.1f" y="%d" text-anchor="middle" fill="#444">%s</text>', x, plot_bottom + 14,
+      string.format("%g", t)))
   end
   add(string.format('<text x="%d" y="%d" text-anchor="middle" fill="#444">%s%s</text>', left + math.floor(plot_w / 2),
     plot_bottom + 28, esc(c.unit or ""), c.log and " (log scale)" or ""))
