@@ -14,7 +14,7 @@ local OUT = "bench/out"
 local o = B.options(arg)
 
 local function load_saved(name)
-  local text = B.read_file(OUT .. "/" .. name .. ".lua")
+  local text = B.read_file(OUT .. "/" .. name .. ".dat")
   if not text then return nil end
   return assert(B.load_result(text))
 end
@@ -478,8 +478,11 @@ local function section_callgrind(charts)
     "total for %s calls, ÷ %s, so start-up, warm-up and shutdown cancel. Run on one CPU (`taskset -c 0`): " ..
     "vmpool then never spins, so these are the instructions of the work, not of waiting (with two CPUs a " ..
     "waiting thread spins for up to tens of µs, which adds instructions that depend on timing). *Host* = " ..
-    "the host's Lua thread; *pool* = the worker threads and the idle check. Deterministic to a few " ..
-    "instructions: no repetitions needed.", num(cg.n2, 0), num(cg.n1, 0), num(cg.n2 - cg.n1, 0)))
+    "the host's Lua thread; *pool* = the worker threads and the idle check. Lua 5.4 is measured twice (last " ..
+    "column) to show how reproducible the counts are: within about 1%% for the blocking calls (string hash " ..
+    "seeds and addresses differ between processes), a few %% for co_invoke (how many calls the scheduler " ..
+    "collects per wake-up depends on timing). That is far below wall-clock noise on a shared machine.",
+    num(cg.n2, 0), num(cg.n1, 0), num(cg.n2 - cg.n1, 0)))
   w("")
   local rows = {}
   local rts = {}
@@ -490,11 +493,19 @@ local function section_callgrind(charts)
     for _, lua in ipairs(rts) do
       local f = cg_fig(lua, kind)
       if f then
-        rows[#rows + 1] = { CG_KIND_LABEL[kind], RUNTIME_LABEL[lua], num(f.host, 0), num(f.pool, 0), num(f.total, 0) }
+        local again = "–"
+        if f.repeats and #f.repeats > 1 then
+          local parts = {}
+          for i = 2, #f.repeats do parts[#parts + 1] = num(f.repeats[i], 0) end
+          again = table.concat(parts, ", ")
+        end
+        rows[#rows + 1] = { CG_KIND_LABEL[kind], RUNTIME_LABEL[lua], num(f.host, 0), num(f.pool, 0), num(f.total, 0),
+          again }
       end
     end
   end
-  table_md({ "call", "runtime", "host", "pool", "total instructions per call" }, rows)
+  table_md({ "call", "runtime", "host", "pool", "total instructions per call", "total, measured again" },
+    rows)
   if charts then
     local groups = {}
     for _, kind in ipairs { "invoke", "echo10", "co_invoke", "direct" } do
@@ -961,7 +972,7 @@ section_seed()
 w("## 6. Method and reruns")
 w("")
 w("See `bench/README.md`: what each suite measures, how runs are interleaved, and how to rerun one part " ..
-  "(`bench/run.sh micro|workload|callgrind`, `bench/compare A B`). Raw results of this report: `bench/out/*.lua` " ..
+  "(`bench/run.sh micro|workload|callgrind`, `bench/compare A B`). Raw results of this report: `bench/out/*.dat` " ..
   "(not committed; every single run is kept there).")
 write_file("bench/REPORT.md", table.concat(lines, "\n") .. "\n")
 print("bench: wrote bench/REPORT.md and bench/charts/*.svg")
