@@ -192,6 +192,33 @@ local function section_micro(charts)
     if any then rows[#rows + 1] = row end
   end
   table_md(header, rows)
+  if micro.runs["luajit:2"] then
+    w("LuaJIT compiles the direct-call loop down to almost nothing, so its direct figures are near zero and its " ..
+      "× ratios say little; compare its pool figures with the other runtimes' instead.")
+    w("")
+  end
+  local inv1, inv2 = micro_fig("lua5.4:1", "invoke"), micro_fig("lua5.4:2", "invoke")
+  if inv1 and inv2 then
+    if inv2.median > inv1.median then
+      local spin, poll, park = pingpong(2, "spin_us"), pingpong(2, "mpsc_polling_us"), pingpong(2, "mpsc_us")
+      w(string.format("The round trip on one CPU (%s µs, Lua 5.4) is faster than on two (%s µs) in this run. On one " ..
+        "CPU vmpool never spins (`src/spin.rs`): each round trip is two wake-ups and two context switches. On two " ..
+        "CPUs a waiting thread first spins (up to 50 µs for the caller, 20 µs for an idle worker): the fast path " ..
+        "when both CPUs are free (the prototypes measured 1.0–1.3 µs), a loss when the second CPU is busy with " ..
+        "other work, because the spinner then holds a CPU that the thread it waits for needs. How busy the second " ..
+        "CPU was shows in the Rust rows of the same repetitions: spinning ping-pong %s µs and polling channels " ..
+        "%s µs (an idle pair of CPUs does these well under 1 µs), while the channels that park after a short " ..
+        "spin took %s µs. Rerun on a quiet machine for the uncontended figure; the contended one is still a " ..
+        "finding for the hot path: it suggests that parking sooner when the wait does not end quickly would be " ..
+        "faster here (channels that park: %s µs; vmpool without spinning, on one CPU: %s µs).",
+        t(inv1.median), t(inv2.median), spin and t(spin.median) or "–", poll and t(poll.median) or "–",
+        park and t(park.median) or "–", park and t(park.median) or "–", t(inv1.median)))
+    else
+      w(string.format("The round trip on two CPUs (%s µs, Lua 5.4) takes the spin path; on one CPU, where vmpool " ..
+        "never spins, it costs two wake-ups and two context switches (%s µs).", t(inv2.median), t(inv1.median)))
+    end
+    w("")
+  end
 
   -- baselines present?
   local absent = {}
@@ -440,6 +467,10 @@ local function section_workload(charts)
     w("")
     table_md({ "CPUs", "P", "states created", "closed by the idle check", "non-core left", "RSS after the calls, MB",
       "RSS after idle release, MB" }, idle)
+    w("Idle release closes the states (their threads exit and their Lua memory is freed), but the process's RSS " ..
+      "barely drops: freed memory most likely stays with the C allocator (glibc keeps per-thread arenas) for reuse. " ..
+      "What idle release bounds is the number of states and threads, and the memory they would keep growing.")
+    w("")
   end
   local bl = {}
   for mod, why in pairs(wl.baselines or {}) do
@@ -677,7 +708,7 @@ local function cmp(a, b)
   else
     word = (r >= 1.1) and (x(r) .. " slower") or (pct(r - 1) .. " slower")
   end
-  if a.min <= b.max and b.min <= a.max then word = word .. " (the ranges of the runs overlap)" end
+  if a.min <= b.max and b.min <= a.max then word = word .. " (within the run-to-run spread)" end
   return word
 end
 
@@ -729,9 +760,10 @@ local function section_analysis()
     w(string.format("CPU: %s%% without a pool vs %s%% for the best pool. Peak RSS: %s MB without a pool vs %s MB.",
       num(cpu("nopool"), 0), num(best.r.cpu and best.r.cpu.median, 0), num(np_rss, 1), num(best_rss, 1)))
     if np_rss and best_rss and np_rss <= best_rss * 1.1 then
-      w("Unlike the seed, *no pool* does **not** use clearly more memory here: each state is closed right after " ..
+      w("Unlike the seed, *no pool* does **not** use more memory here: each state is closed right after " ..
         "its call (`idle_timeout = 0`) and calls are slow enough that few overlap, so few states are alive at any " ..
-        "moment. Its cost is time and CPU, not memory.")
+        "moment. Its cost is time and CPU, not memory. (Peak RSS includes the garbage of the calls made so far, " ..
+        "and the no-pool runs make 10× fewer calls per coroutine, so its figure is, if anything, flattered.)")
     else
       w("As in the seed, no pool also uses more memory.")
     end
@@ -756,22 +788,26 @@ local function section_analysis()
         "state only from `submit` until its call finishes, and the host's single thread submits the calls one at a " ..
         "time%s; so only a few states are ever busy at once (%s created for %d coroutines). What memory does grow " ..
         "with P is the coroutines and their calls in flight: the direct-call row, with the same coroutines and no " ..
-        "pool, goes from %s to %s MB.",
+        "pool, goes from %s to %s MB, and the pooled rows gain alike (default pool: %s → %s MB, ≈ %s KB per " ..
+        "additional coroutine with a call in flight, the host's not yet collected garbage included).",
         ci and string.format(", and a submission costs the host about as much as the call costs its worker " ..
           "(callgrind: %s vs %s instructions per blocking invoke)", num(ci.host, 0), num(ci.pool, 0)) or "",
-        num(c_hi, 0), p_hi, num(rss("direct", p_lo), 1), num(rss("direct", p_hi), 1)))
+        num(c_hi, 0), p_hi, num(rss("direct", p_lo), 1), num(rss("direct", p_hi), 1),
+        num(rss("default", p_lo), 1), num(rss("default", p_hi), 1),
+        num(rss("default", p_hi) and rss("default", p_lo) and
+          (rss("default", p_hi) - rss("default", p_lo)) * 1024 / (p_hi - p_lo), 1)))
     else
       w("As in the seed, the pool grows with P.")
     end
     if clearly_below(u_lo, u_hi) then
-      w(string.format("Time per call rises with P (%s at P = %d than at P = %d), as in the seed.",
-        cmp(u_hi, u_lo), p_hi, p_lo))
+      w(string.format("Time per call rises with P (P = %d against P = %d: %s), as in the seed.",
+        p_hi, p_lo, cmp(u_hi, u_lo)))
     elseif clearly_below(u_hi, u_lo) then
-      w(string.format("Time per call falls with P (%s at P = %d than at P = %d), unlike the seed.",
-        cmp(u_hi, u_lo), p_hi, p_lo))
+      w(string.format("Time per call falls with P (P = %d against P = %d: %s), unlike the seed.",
+        p_hi, p_lo, cmp(u_hi, u_lo)))
     else
-      w(string.format("Time per call shows no clear trend with P (%s at P = %d than at P = %d), unlike the seed's " ..
-        "steady rise.", cmp(u_hi, u_lo), p_hi, p_lo))
+      w(string.format("Time per call shows no clear trend with P, unlike the seed's steady rise: P = %d against " ..
+        "P = %d, %s.", p_hi, p_lo, cmp(u_hi, u_lo)))
     end
   end
   w("")
@@ -794,17 +830,23 @@ local function section_analysis()
       "and worker thread; from core 1000 to core 2000), against ≈ %s KB per VM in the seed (326 MB / 1000).",
       num(per_state, 0), num(326 * 1024 / 1000, 0)))
     if clearly_below(t2, t1) then
-      w(string.format("Time per call: core 2000 is %s than core 1000, as in the seed.", cmp(t2, t1)))
+      w(string.format("Time per call improves with more states, as in the seed (core 2000 against core 1000: %s).",
+        cmp(t2, t1)))
     else
       w(string.format("Time per call does **not** clearly improve with more states, unlike the seed: " ..
-        "core 2000 is %s " ..
-        "than core 1000.", cmp(t2, t1)))
+        "core 2000 against core 1000, %s.", cmp(t2, t1)))
     end
+  end
+  if m1 and rss("default") then
+    w(string.format("Of core 1000's %s MB at P = %d, %s MB is what the default pool needs at the same P (the host, " ..
+      "its coroutines and calls in flight, garbage) and %s MB the 998 extra states (%s KB each); " ..
+      "with P = %d the same pool peaks at %s MB.", num(m1, 1), P, num(rss("default"), 1), num(m1 - rss("default"), 1),
+      num((m1 - rss("default")) * 1024 / 998, 0), ps[1], num(rss("c1000_blk", ps[1]), 1)))
   end
   local dflt = U("default")
   if dflt and t1 then
-    w(string.format("The default (core = CPUs) is %s than core 1000 and needs %s MB instead of %s MB.",
-      cmp(dflt, t1), num(rss("default"), 1), num(m1, 1)))
+    w(string.format("The default (core = CPUs) needs %s MB instead of %s MB; its time per call against core 1000: %s.",
+      num(rss("default"), 1), num(m1, 1), cmp(dflt, t1)))
   end
   w("")
 
@@ -823,7 +865,7 @@ local function section_analysis()
     if not extra then
       w(string.format("Here the non-blocking pools never create a non-core state: with 1000 or more resident " ..
         "states every call finds an idle one, so both policies run the same pool and differ only by the noise of " ..
-        "the runs (blocking vs non-blocking: core 2000 %s, core 1000 %s). Unlike the seed, blocking costs no " ..
+        "the runs. Blocking against non-blocking: core 2000 %s; core 1000 %s. Unlike the seed, blocking costs no " ..
         "memory here; in the seed the non-blocking pools did grow (883 MB and 962 MB against 326 MB and 652 MB).",
         cmp(b2, n2), cmp(b1, n1)))
     elseif clearly_below(n2, b2) then
@@ -849,15 +891,20 @@ local function section_analysis()
         "(0.0484 → 0.0469 ms).* vmpool: best pool on 1 CPU %s µs (%s), on %d CPUs %s µs (%s): %d CPUs are %s.",
         t(b1c.r.us.median), label(b1c.id), cpus, t(b2c.r.us.median), label(b2c.id), cpus,
         cmp(b2c.r.us, b1c.r.us)))
+      local cpu2 = b2c.r.cpu and b2c.r.cpu.median
       if clearly_below(b2c.r.us, b1c.r.us) then
         w("The second CPU runs the workers next to the host thread, which submits and collects every call.")
+      elseif clearly_below(b1c.r.us, b2c.r.us) then
+        w(string.format("The second CPU does not help: the host's single Lua thread submits and collects every call " ..
+          "and bounds the throughput (the process uses %s%% CPU on %d CPUs). A likely reason it is even slower: on " ..
+          "one CPU vmpool never spins, and host and workers can take turns in batches (the host submits the call of " ..
+          "every ready coroutine before it sleeps); on two they run side by side and pay a cross-CPU hand-off per " ..
+          "call (a spin or a futex wake-up; compare the micro benchmark's 1-CPU column). On a shared machine the " ..
+          "second CPU is also the one other work competes for.", num(cpu2, 0), cpus))
       else
-        w("The second CPU does not help: the host's single Lua thread submits and collects every call and bounds " ..
-          "the throughput. A likely reason it is even slower: on one CPU vmpool never spins, and host and workers " ..
-          "can take turns in batches (the host submits the call of every ready coroutine before it sleeps); on two " ..
-          "they run side by side and pay a cross-CPU hand-off per call (a spin or a futex wake-up; compare the " ..
-          "micro benchmark's 1-CPU column). " ..
-          "On a shared machine the second CPU is also the one other work competes for.")
+        w(string.format("As in the seed, more CPUs do not clearly help: the host's single Lua thread submits and " ..
+          "collects every call and bounds the throughput (the process uses %s%% CPU on %d CPUs, about one CPU's " ..
+          "worth).", num(cpu2, 0), cpus))
       end
       w("")
     end
@@ -872,11 +919,20 @@ local function section_analysis()
   if opt then
     local parts = {}
     for _, id in ipairs(sweep) do
-      if id ~= opt.id then parts[#parts + 1] = string.format("%s %s", label(id), cmp(U(id), opt.r.us)) end
+      if id ~= opt.id then parts[#parts + 1] = string.format("%s, %s", label(id), cmp(U(id), opt.r.us)) end
     end
-    w(string.format("**Where the optimum is.** Among blocking pools at P = %d on %d CPUs the fastest is %s " ..
-      "(%s µs per call, %s MB); by comparison %s.", P, cpus, label(opt.id), t(opt.r.us.median),
-      num(mb(opt.r.rss.median), 1), table.concat(parts, "; ")))
+    local clear, unclear = {}, {}
+    for _, id in ipairs(sweep) do
+      if id ~= opt.id then
+        if clearly_below(opt.r.us, U(id)) then clear[#clear + 1] = label(id) else unclear[#unclear + 1] = label(id) end
+      end
+    end
+    w(string.format("**Where the optimum is.** Among blocking pools at P = %d on %d CPUs the fastest median is %s " ..
+      "(%s µs per call, %s MB). Against it: %s. %s", P, cpus, label(opt.id), t(opt.r.us.median),
+      num(mb(opt.r.rss.median), 1), table.concat(parts, "; "),
+      #unclear == 0 and "All the others are clearly slower." or
+        string.format("Clearly slower: %s; not separated from it by these runs: %s.",
+          #clear > 0 and table.concat(clear, ", ") or "none", table.concat(unclear, ", "))))
     w("Why: the calls are short and CPU-bound. At most CPUs calls can run at once, so states beyond that only wait; " ..
       "each costs memory, a thread, and scheduling, while the host thread spends the same time submitting calls and " ..
       "resuming coroutines whatever the pool size. More states pay off only when calls wait on something other than " ..
