@@ -13,8 +13,11 @@ local svg = require "svg"
 local OUT = "bench/out"
 local o = B.options(arg)
 
-local function load_saved(name)
-  local text = B.read_file(OUT .. "/" .. name .. ".dat")
+-- the whole report reads the results of `bench/run.sh report` (report-*.dat); `--section=micro`
+-- (make bench) those of `bench/run.sh micro` (micro.dat)
+local PREFIX = o.section == "micro" and "" or "report-"
+local function load_saved(name, prefix)
+  local text = B.read_file(OUT .. "/" .. (prefix or PREFIX) .. name .. ".dat")
   if not text then return nil end
   return assert(B.load_result(text))
 end
@@ -1005,7 +1008,7 @@ if o.section == "micro" then
   return
 end
 
-local m = load_saved("machine") or load_saved("machine-micro") or {}
+local m = load_saved("machine", "") or {}
 header(m)
 w("## Targets")
 w("")

@@ -7,7 +7,8 @@
 --   lua5.4 bench/run.lua micro       repeated micro benchmark         -> bench/out/micro.dat
 --   lua5.4 bench/run.lua workload    strategies x P x CPUs            -> bench/out/workload.dat
 --   lua5.4 bench/run.lua callgrind   instructions per call + profile  -> bench/out/callgrind.dat
---   lua5.4 bench/run.lua report      all three, then bench/report.lua writes bench/REPORT.md
+--   lua5.4 bench/run.lua report      all three (-> bench/out/report-*.dat), then bench/report.lua
+--                                    writes bench/REPORT.md
 --   lua5.4 bench/run.lua compare A B two builds interleaved, median ratios (see bench/compare)
 --
 -- Settings (environment):
@@ -67,8 +68,11 @@ local function write_file(path, text)
   f:close()
 end
 
+-- `report` keeps its results apart (report-*.dat) from suites run on their own (micro.dat, ...), so
+-- that `make bench` between a report run and `bench/run.sh render` does not mix two runs
+local SAVE_PREFIX = ""
 local function save(name, value)
-  write_file(OUT .. "/" .. name .. ".dat", "return " .. B.literal(value) .. "\n")
+  write_file(OUT .. "/" .. SAVE_PREFIX .. name .. ".dat", "return " .. B.literal(value) .. "\n")
 end
 
 local function now() return tonumber(capture("date +%s.%N")) or os.time() end
@@ -561,6 +565,7 @@ if what == "micro" or what == "workload" or what == "callgrind" or what == "repo
   local m = machine()
   m.command = command_line(what)
   m.what = what
+  if what == "report" then SAVE_PREFIX = "report-" end
   if what == "micro" then
     suite_micro()
   elseif what == "workload" then
@@ -575,11 +580,7 @@ if what == "micro" or what == "workload" or what == "callgrind" or what == "repo
   m.loadavg_end = (B.read_file("/proc/loadavg") or ""):match("^(%S+ %S+ %S+)")
   m.seconds = now() - started
   m.settings = settings()
-  if what == "report" then
-    save("machine", m)
-  else
-    save("machine-" .. what, m)
-  end
+  save("machine" .. (what == "report" and "" or "-" .. what), m)
 elseif what == "compare" then
   if not arg[2] or not arg[3] then
     io.stderr:write("usage: bench/compare REV_A REV_B   (a revision, or WORKTREE for the checkout)\n")
