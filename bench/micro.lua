@@ -3,6 +3,7 @@
 --
 --   direct       helloLua(i) called in the host: the floor
 --   invoke       pool:invoke(chunk, "helloLua", i), one caller, core = 1: the blocking round trip
+--                (mean over the loop; invoke_latency: percentiles of the same call timed one by one)
 --   echo10       pool:invoke of echo(t) with a 10-field table (t goes in, a copy comes back)
 --   submit       pool:submit, 1000 futures in flight (submit 1000, then wait each), default pool
 --   co_invoke    pool:co_invoke from 1000 coroutines under vmpool.run, default pool
@@ -97,6 +98,20 @@ measure("invoke", count(20000), function(n)
     if a ~= i or b ~= 100000 then error("invoke: wrong result " .. tostring(a)) end
   end
 end)
+
+-- the same round trip, each call timed: the distribution behind the mean above
+do
+  local n = count(20000)
+  local lat = {}
+  for i = 1, n do
+    local t0 = clock()
+    pool1:invoke(CHUNK, "helloLua", i)
+    lat[i] = (clock() - t0) * 1e6
+  end
+  table.sort(lat)
+  local function q(f) return lat[math.max(1, math.floor(n * f))] end
+  result.figures.invoke_latency = { p10 = q(0.1), p50 = q(0.5), p90 = q(0.9), p99 = q(0.99), max = lat[n], ops = n }
+end
 
 local t10 = B.table10()
 measure("echo10_direct", count(2000000), function(n)

@@ -206,16 +206,21 @@ local function section_micro(charts)
       local spin, poll, park = pingpong(2, "spin_us"), pingpong(2, "mpsc_polling_us"), pingpong(2, "mpsc_us")
       w(string.format("The round trip on one CPU (%s µs, Lua 5.4) is faster than on two (%s µs) in this run. On one " ..
         "CPU vmpool never spins (`src/spin.rs`): each round trip is two wake-ups and two context switches. On two " ..
-        "CPUs a waiting thread first spins (up to 50 µs for the caller, 20 µs for an idle worker): the fast path " ..
-        "when both CPUs are free (the prototypes measured 1.0–1.3 µs), a loss when the second CPU is busy with " ..
-        "other work, because the spinner then holds a CPU that the thread it waits for needs. How busy the second " ..
-        "CPU was shows in the Rust rows of the same repetitions: spinning ping-pong %s µs and polling channels " ..
-        "%s µs (an idle pair of CPUs does these well under 1 µs), while the channels that park after a short " ..
-        "spin took %s µs. Rerun on a quiet machine for the uncontended figure; the contended one is still a " ..
-        "finding for the hot path: it suggests that parking sooner when the wait does not end quickly would be " ..
-        "faster here (channels that park: %s µs; vmpool without spinning, on one CPU: %s µs).",
+        "CPUs a waiting thread first spins (up to 50 µs for the caller, 20 µs for an idle worker, adapted to the " ..
+        "waits it sees), the fast path when the reply comes quickly (the prototypes measured 1.0–1.3 µs on this " ..
+        "kind of machine). The Rust rows of the same repetitions show what the machine allowed: a spinning " ..
+        "ping-pong took %s µs, polling channels %s µs, channels that park after a short spin %s µs.",
         t(inv1.median), t(inv2.median), spin and t(spin.median) or "–", poll and t(poll.median) or "–",
-        park and t(park.median) or "–", park and t(park.median) or "–", t(inv1.median)))
+        park and t(park.median) or "–"))
+      if spin and poll and poll.median < 1 and inv2.median > 3 * inv1.median then
+        w("So two threads spinning for each other were not held up here, yet vmpool's 2-CPU round trip was: " ..
+          "a finding for the hot path (its spin and park policy under load), not an artefact of the harness. " ..
+          "Rerun on a quiet machine for the uncontended figure.")
+      else
+        w("The spinning rows were slow too: the CPUs were contended, and a spinner then holds a CPU that the " ..
+          "thread it waits for needs. Rerun on a quiet machine for the uncontended figure; under contention, " ..
+          "parking sooner would have been faster here (vmpool without spinning, on one CPU, above).")
+      end
     else
       w(string.format("The round trip on two CPUs (%s µs, Lua 5.4) takes the spin path; on one CPU, where vmpool " ..
         "never spins, it costs two wake-ups and two context switches (%s µs).", t(inv2.median), t(inv1.median)))
@@ -272,24 +277,67 @@ local function section_micro(charts)
   w("")
   table_md({ "runtime", "invoke µs", "÷ mpsc (blocking)", "÷ mpsc (polling)", "÷ spin" }, rrows)
 
+  -- latency distribution of the round trip
+  local lrows = {}
+  for _, c in ipairs(cols) do
+    local runs = micro.runs[c.key] or {}
+    local cells = { c.label }
+    local any = false
+    for _, k in ipairs { "p10", "p50", "p90", "p99", "max" } do
+      local xs = {}
+      for _, r in ipairs(runs) do
+        local l = r.figures and r.figures.invoke_latency
+        if l then xs[#xs + 1] = l[k] end
+      end
+      local sm = B.summary(xs)
+      if sm then any = true end
+      cells[#cells + 1] = mmm(sm)
+    end
+    if any then lrows[#lrows + 1] = cells end
+  end
+  if #lrows > 0 then
+    w("Per-call latency of the same blocking round trip, each call timed with `vmpool.clock()` (µs; median over " ..
+      "the runs of each percentile [min–max]): the mean above hides whether a few calls are slow or all are.")
+    w("")
+    table_md({ "runtime", "p10", "p50", "p90", "p99", "max" }, lrows)
+  end
+
   -- allocations
-  w("**Allocations per call** (count-alloc build, one run per runtime; the host's garbage collector is " ..
+  w("**Allocations per call** (count-alloc build, one run per runtime on 2 CPUs and one of Lua 5.4 on 1 CPU; " ..
+    "the host's garbage collector is " ..
     "stopped during each measured loop, so *host Lua* is everything the loop allocated in the host state; " ..
     "*native* is every allocation of the library's Rust code and of the child states, split by the thread " ..
     "that made it):")
   w("")
   local arows = {}
+  local count_cols = {}
+  for _, lua in ipairs(rts) do count_cols[#count_cols + 1] = { key = lua .. ":2", label = RUNTIME_LABEL[lua] } end
+  count_cols[#count_cols + 1] = { key = "lua5.4:1", label = "Lua 5.4, 1 CPU" }
   for _, f in ipairs(MICRO_FIGS) do
-    for _, lua in ipairs(rts) do
-      local c = micro.counts[lua] and micro.counts[lua].figures[f[1]]
+    for _, cc in ipairs(count_cols) do
+      local run = micro.counts[cc.key]
+      local c = run and run.figures[f[1]]
       if c and c.native_bytes and f[1] ~= "direct" and f[1] ~= "echo10_direct" then
-        arows[#arows + 1] = { f[2] .. ", " .. RUNTIME_LABEL[lua], num(c.native_bytes, 0), num(c.native_allocs, 1),
+        arows[#arows + 1] = { f[2] .. ", " .. cc.label, num(c.native_bytes, 0), num(c.native_allocs, 1),
           num(c.native_host_bytes, 0), num(c.native_pool_bytes, 0), num(c.host_lua_bytes, 0) }
       end
     end
   end
   table_md({ "figure", "native bytes/call", "native allocations/call", "of which host thread, bytes",
     "pool threads, bytes", "host Lua bytes/call" }, arows)
+  local c1 = micro.counts["lua5.4:1"] and micro.counts["lua5.4:1"].figures.invoke
+  local c2 = micro.counts["lua5.4:2"] and micro.counts["lua5.4:2"].figures.invoke
+  if c1 and c2 and c1.native_allocs and c1.native_allocs > 0.5 and c1.native_allocs > 5 * c2.native_allocs then
+    w(string.format("On one CPU the blocking invoke allocates %s bytes (%s allocations) per call, on two almost " ..
+      "nothing (%s bytes). A call's record is reused only if the worker has already dropped its reference when the " ..
+      "caller recycles it, and the worker wakes the caller before it drops it (`src/worker.rs`: " ..
+      "`call.finish(outcome)`, then `drop(call)`): on one CPU the woken caller usually runs first and builds a new " ..
+      "record. Callgrind runs on one CPU, so its invoke profile includes this (malloc and `Vec` growth on the " ..
+      "host side). The `submit` and `co_invoke` paths allocate about 5 times per call on any CPU count: the " ..
+      "records that futures hold are not reused.",
+      num(c1.native_bytes, 0), num(c1.native_allocs, 1), num(c2.native_bytes, 0)))
+    w("")
+  end
 
   if charts then
     local groups = {}
@@ -564,13 +612,16 @@ local function section_callgrind(charts)
   for _, lua in ipairs { "lua5.4", "lua5.1" } do
     local prof = cg.profiles and cg.profiles[lua]
     if prof then
-      for _, kind in ipairs { "invoke", "echo10" } do
+      -- all kinds for Lua 5.4; the blocking invoke only for the others
+      for _, kind in ipairs(lua == "lua5.4" and { "invoke", "echo10", "co_invoke" } or { "invoke" }) do
         local p = prof[kind]
         if p then
+          local stock = cg_fig(lua, kind)
           w(string.format("**Where the instructions of one %s go, %s** (self cost per call by function, " ..
             "the 25 largest per side; Lua's internal functions are named because this profile runs on a host " ..
-            "linked with Debian's static Lua library, `bench/lua-host.c`; its total, %s per call, matches the " ..
-            "stock interpreter's):", CG_KIND_LABEL[kind], RUNTIME_LABEL[lua], num(p.total, 0)))
+            "linked with Debian's static Lua library, `bench/lua-host.c`: %s instructions per call, against %s " ..
+            "with the stock interpreter):", CG_KIND_LABEL[kind], RUNTIME_LABEL[lua], num(p.total, 0),
+            stock and num(stock.total, 0) or "–"))
           w("")
           local prow = {}
           for i = 1, math.max(#p.host.top, #p.pool.top) do
@@ -583,6 +634,47 @@ local function section_callgrind(charts)
           prow[#prow + 1] = { "**host total**", "**" .. num(p.host.total, 0) .. "**", "**pool total**",
             "**" .. num(p.pool.total, 0) .. "**" }
           table_md({ "host thread: function [object]", "Ir/call", "pool threads: function [object]", "Ir/call" }, prow)
+          if p.host.objects and p.pool.objects then
+            local function split(side)
+              local keys = {}
+              for k in pairs(side.objects) do keys[#keys + 1] = k end
+              table.sort(keys, function(a2, b2) return side.objects[a2] > side.objects[b2] end)
+              local parts = {}
+              for _, k in ipairs(keys) do
+                if side.objects[k] >= 1 then
+                  parts[#parts + 1] = string.format("%s %s (%s)", k, num(side.objects[k], 0),
+                    pct(side.objects[k] / side.total))
+                end
+              end
+              local kparts = {}
+              local kk = {}
+              for k in pairs(side.kinds or {}) do kk[#kk + 1] = k end
+              table.sort(kk, function(a2, b2) return side.kinds[a2] > side.kinds[b2] end)
+              for _, k in ipairs(kk) do
+                if side.kinds[k] >= 1 then
+                  kparts[#kparts + 1] = string.format("%s %s (%s)", k, num(side.kinds[k], 0),
+                    pct(side.kinds[k] / side.total))
+                end
+              end
+              return table.concat(parts, ", "), table.concat(kparts, ", ")
+            end
+            local ho, hk = split(p.host)
+            local po, pk = split(p.pool)
+            w(string.format("By object, per call: host %s; pool %s. Across objects: host %s; pool %s.",
+              ho, po, hk ~= "" and hk or "–", pk ~= "" and pk or "–"))
+            w("")
+            local fmt_kind = "string formatting (Rust)"
+            local hf = p.host.kinds and p.host.kinds[fmt_kind] or 0
+            local pf = p.pool.kinds and p.pool.kinds[fmt_kind] or 0
+            if hf + pf > 0.05 * p.total then
+              w(string.format("%s of the %s instructions (%s) are Rust string formatting. The encoder builds a " ..
+                "text label for every table key it encodes (`let key = key_label(st, -2)` in `src/value.rs`, with " ..
+                "`format!` and `String::from_utf8_lossy`), for an error message that is needed only when a value " ..
+                "is refused; it runs on both sides, for the arguments and for the results.",
+                num(hf + pf, 0), num(p.total, 0), pct((hf + pf) / p.total)))
+              w("")
+            end
+          end
         end
       end
       local d = prof.direct
@@ -657,10 +749,13 @@ local function section_targets()
   end
   if micro then
     local parts2, worst = {}, nil
-    for _, lua in ipairs(micro_runtimes()) do
-      local c = micro.counts[lua] and micro.counts[lua].figures.invoke
+    local keys = {}
+    for _, lua in ipairs(micro_runtimes()) do keys[#keys + 1] = { lua .. ":2", RUNTIME_LABEL[lua] } end
+    keys[#keys + 1] = { "lua5.4:1", "Lua 5.4 on 1 CPU" }
+    for _, k in ipairs(keys) do
+      local c = micro.counts[k[1]] and micro.counts[k[1]].figures.invoke
       if c and c.native_bytes then
-        parts2[#parts2 + 1] = string.format("%s %s", RUNTIME_LABEL[lua], num(c.native_bytes, 1))
+        parts2[#parts2 + 1] = string.format("%s %s", k[2], num(c.native_bytes, 1))
         worst = math.max(worst or 0, c.native_bytes)
       end
     end

@@ -244,11 +244,16 @@ local function suite_micro()
     end
   end
   -- one counting run per runtime (count-alloc build): allocations, not time
+  -- (and Lua 5.4 on one CPU: whether a call's record can be reused depends on who runs first)
   local counts = {}
-  for _, lua in ipairs(RUNTIMES) do
-    local res, err = run_micro_job { kind = "micro", lua = lua, cpus = 2, tree = "count" }
-    if res then counts[lua] = res else errors[#errors + 1] = err end
-    progress("[micro count] %s %s", lua, res and "ok" or ("FAILED " .. tostring(err)))
+  local count_jobs = {}
+  for _, lua in ipairs(RUNTIMES) do count_jobs[#count_jobs + 1] = { lua = lua, cpus = 2 } end
+  count_jobs[#count_jobs + 1] = { lua = "lua5.4", cpus = 1 }
+  for _, cj in ipairs(count_jobs) do
+    local key = cj.lua .. ":" .. cj.cpus
+    local res, err = run_micro_job { kind = "micro", lua = cj.lua, cpus = cj.cpus, tree = "count" }
+    if res then counts[key] = res else errors[#errors + 1] = err end
+    progress("[micro count] %s %s", key, res and "ok" or ("FAILED " .. tostring(err)))
   end
   local result = { runs = runs, counts = counts, errors = errors, seconds = now() - t0, settings = settings() }
   save("micro", result)
@@ -404,15 +409,34 @@ local function per_call_profile(a, b, dn, top)
   for k in pairs(a) do names[k] = true end
   for k in pairs(b) do names[k] = true end
   local rows, total = {}, 0
+  -- where the instructions go, coarsely: by object file, and a few kinds of work across objects
+  local objects, kinds = {}, {}
   for k in pairs(names) do
     local d = ((b[k] or 0) - (a[k] or 0)) / dn
     total = total + d
     if d >= 0.5 then rows[#rows + 1] = { fn = k, ir = d } end
+    local obj = k:match("%[([^%]]+)%]$") or "?"
+    if obj:match("^lua") or obj:match("^luajit") or obj:match("^liblua") then obj = "Lua" end
+    objects[obj] = (objects[obj] or 0) + d
+    local kind
+    if k:match("fmt") or k:match("format") or k:match("utf8_lossy") or k:match("Utf8Chunks") or
+      k:match("write_str") or k:match("Formatter") then
+      kind = "string formatting (Rust)"
+    elseif k:match("^_?_?[%w_]*malloc") or k:match("^_?_?[%w_]*free ") or k:match("realloc") or
+      k:match("^_int_") or k:match("RawVec") or k:match("alloc::alloc") then
+      kind = "memory allocation (malloc, free, Vec growth)"
+    elseif k:match("memcpy") or k:match("memmove") or k:match("memset") or k:match("memcmp") then
+      kind = "memcpy, memset, memcmp"
+    elseif k:match("futex") or k:match("parking_lot") or k:match("park") or k:match("syscall") or
+      k:match("Timespec") or k:match("clock_gettime") or k:match("Instant") then
+      kind = "waiting and waking (parking, clocks, syscalls)"
+    end
+    if kind then kinds[kind] = (kinds[kind] or 0) + d end
   end
   table.sort(rows, function(x, y) return x.ir > y.ir end)
   local out = {}
   for i = 1, math.min(top, #rows) do out[i] = rows[i] end
-  return { total = total, top = out }
+  return { total = total, top = out, objects = objects, kinds = kinds }
 end
 
 local function suite_callgrind(opts)
@@ -453,7 +477,7 @@ local function suite_callgrind(opts)
       local sym = OUT .. "/bin/" .. lua .. "-sym"
       if lua ~= "luajit" and io.open(sym) then
         result.profiles[lua] = {}
-        for _, kind in ipairs { "invoke", "echo10", "direct" } do
+        for _, kind in ipairs { "invoke", "echo10", "co_invoke", "direct" } do
           local a = callgrind_run(sym, lua, kind, CG_N1, tree, "sym")
           local b = callgrind_run(sym, lua, kind, CG_N2, tree, "sym")
           if a and b then
