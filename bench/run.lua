@@ -158,7 +158,9 @@ local function machine()
   m.valgrind = capture("valgrind --version")
   m.commit = capture("git rev-parse HEAD")
   m.commit_short = capture("git rev-parse --short HEAD")
-  m.dirty = capture("git status --porcelain --untracked-files=no -- src Cargo.toml Cargo.lock bench") ~= ""
+  -- uncommitted changes to what is measured or measures (documents and charts do not count)
+  m.dirty = capture("git status --porcelain --untracked-files=no -- src Cargo.toml Cargo.lock bench " ..
+    "':!bench/*.md' ':!bench/charts'") ~= ""
   m.branch = capture("git rev-parse --abbrev-ref HEAD")
   m.date = capture("date -u '+%Y-%m-%d %H:%M UTC'")
   m.loadavg_start = (B.read_file("/proc/loadavg") or ""):match("^(%S+ %S+ %S+)")

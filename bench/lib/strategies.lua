@@ -70,7 +70,7 @@ M.list = {
   },
   {
     id = "default", kind = "vmpool",
-    label = "vmpool default: core = CPUs, blocking",
+    label = "vmpool default (core = CPUs, blocking)",
     short = "default (core=CPUs)",
     config = "vmpool.new{} (core=CPUs, max_noncore=0, blocking=true)",
     opts = function() return {} end,
