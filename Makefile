@@ -22,6 +22,16 @@ demo: rock
 test: deps
 	@scripts/test.sh $(RUNTIMES)
 
+# make bench: the micro benchmark (about 2 minutes): pool:invoke round trip against a direct call and
+# a bare Rust ping-pong, calls in flight, allocations per call, on every runtime (bench/README.md)
+bench: deps
+	@BENCH_ENTRY="make bench" bench/run.sh micro
+
+# make report: every benchmark, then bench/REPORT.md and bench/charts/*.svg (about 10 minutes on 2
+# CPUs plus the first build; BENCH_QUICK=1 make report takes about 3)
+report: deps
+	@BENCH_ENTRY="make report" bench/run.sh report
+
 lint: deps
 	cargo fmt --check
 	cargo clippy --all-targets --locked -- -D warnings

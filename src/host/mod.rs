@@ -3,6 +3,8 @@
 //! (`src/lua/vmpool.lua`: `co_invoke`, `vmpool.run`, `vmpool.spawn`) over them.
 
 pub mod call_cache;
+#[cfg(feature = "count-alloc")]
+pub mod count_alloc;
 pub mod driver_api;
 pub mod future_api;
 pub mod notifier_api;
@@ -29,6 +31,8 @@ const POOL_METHODS: Methods = &[
     ("unload", pool_api::unload),
     ("stats", pool_api::stats),
     ("close", pool_api::close),
+    #[cfg(feature = "count-alloc")]
+    ("_alloc_counts", count_alloc::alloc_counts),
 ];
 const POOL_META: Methods = &[
     ("__gc", pool_api::gc),

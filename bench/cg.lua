@@ -1,0 +1,73 @@
+-- What bench/callgrind runs under valgrind: `--n` calls of one kind after a short warm-up.
+-- Running it with two values of --n and subtracting cancels start-up, warm-up and shutdown, so
+-- the difference divided by the difference of n is the cost of one call.
+--
+--   direct     helloLua(i) in the host
+--   invoke     pool:invoke(chunk, "helloLua", i) (core = 1)
+--   echo10     pool:invoke(chunk, "echo", t) with a 10-field table (core = 1)
+--   co_invoke  pool:co_invoke from 100 coroutines under vmpool.run (core = 1)
+--
+-- Usage: lua bench/cg.lua --kind=invoke --n=2000
+local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+package.path = dir .. "/lib/?.lua;" .. package.path
+
+local B = require "benchlib"
+local vmpool = require "vmpool"
+
+local o = B.options(arg or {})
+local kind = o.kind or "invoke"
+local n = assert(tonumber(o.n), "--n")
+local CHUNK = B.CHUNK
+local WARM = 200
+
+local pool = vmpool.new { core = 1, init = B.INIT }
+pool:compile(CHUNK, B.SCRIPT)
+
+local run
+if kind == "direct" then
+  local hello = B.host_functions()
+  run = function(count)
+    for i = 1, count do
+      local a = hello(i)
+      if a ~= i then error("wrong result") end
+    end
+  end
+elseif kind == "invoke" then
+  run = function(count)
+    for i = 1, count do
+      local a, b = pool:invoke(CHUNK, "helloLua", i)
+      if a ~= i or b ~= 100000 then error("wrong result") end
+    end
+  end
+elseif kind == "echo10" then
+  local t = B.table10()
+  run = function(count)
+    for _ = 1, count do
+      local r = pool:invoke(CHUNK, "echo", t)
+      if r.j ~= 10 then error("wrong result") end
+    end
+  end
+elseif kind == "co_invoke" then
+  run = function(count)
+    local per = math.max(1, math.floor(count / 100))
+    vmpool.run(function()
+      for _ = 1, 100 do
+        vmpool.spawn(function()
+          for i = 1, per do
+            local a = pool:co_invoke(CHUNK, "helloLua", i)
+            if a ~= i then error("wrong result") end
+          end
+        end)
+      end
+    end)
+  end
+else
+  error("unknown --kind " .. kind)
+end
+
+run(WARM)
+-- a full collection before and after, so both run lengths end with the same amount of garbage
+collectgarbage("collect")
+run(n)
+collectgarbage("collect")
+pool:close()

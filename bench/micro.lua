@@ -1,0 +1,188 @@
+-- The micro benchmark, one measurement of each figure in one process (bench/run.lua repeats the
+-- process, interleaved with the other runtimes and the Rust ping-pong, and takes medians):
+--
+--   direct       helloLua(i) called in the host: the floor
+--   invoke       pool:invoke(chunk, "helloLua", i), one caller, core = 1: the blocking round trip
+--                (mean over the loop; invoke_latency: percentiles of the same call timed one by one)
+--   echo10       pool:invoke of echo(t) with a 10-field table (t goes in, a copy comes back)
+--   submit       pool:submit, 1000 futures in flight (submit 1000, then wait each), default pool
+--   co_invoke    pool:co_invoke from 1000 coroutines under vmpool.run, default pool
+--   lanes_*, effil_*  the same round trip and 1000-in-flight stream with Lua Lanes / effil, when
+--                installed (see lib/baselines.lua)
+--
+-- With a count-alloc build of the module (pool._alloc_counts exists) each figure also records the
+-- native bytes and allocations per call, and the host Lua heap growth per call with the host's GC
+-- stopped during the measured loop (so the growth is what the loop allocated).
+--
+-- Usage: lua bench/micro.lua [--scale=1] ; prints one `return {...}` line.
+local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+package.path = dir .. "/lib/?.lua;" .. package.path
+
+local B = require "benchlib"
+local baselines = require "baselines"
+local vmpool = require "vmpool"
+
+local o = B.options(arg or {})
+local scale = tonumber(o.scale) or 1
+local clock = vmpool.clock
+local CHUNK = B.CHUNK
+local IN_FLIGHT = 1000
+
+local function count(n) return math.max(1, math.floor(n * scale)) end
+
+local result = {
+  runtime = vmpool.runtime,
+  lua = jit and jit.version or _VERSION, -- luacheck: ignore 113
+  vmpool = vmpool._VERSION,
+  cpus = tonumber(o.cpus),
+  figures = {},
+}
+
+local function new_pool(opts)
+  opts.init = B.INIT
+  local p = vmpool.new(opts)
+  p:compile(CHUNK, B.SCRIPT)
+  return p
+end
+
+local pool1 = new_pool { core = 1 }
+local pool_default = new_pool {}
+local alloc_counts = pool1._alloc_counts
+result.counting = alloc_counts ~= nil
+
+--- Runs fn(n) once to warm up, then measures fn(n): microseconds per op (and allocations).
+local function measure(name, n, fn, warm)
+  fn(warm or math.max(1, math.floor(n / 10)))
+  local f = {}
+  local a0, mem0
+  if alloc_counts then
+    collectgarbage("collect")
+    collectgarbage("stop")
+    a0 = alloc_counts()
+    mem0 = collectgarbage("count")
+  end
+  local t0 = clock()
+  fn(n)
+  local dt = clock() - t0
+  if alloc_counts then
+    local mem1 = collectgarbage("count")
+    local a1 = alloc_counts()
+    collectgarbage("restart")
+    f.host_lua_bytes = (mem1 - mem0) * 1024 / n
+    f.native_bytes = (a1.bytes - a0.bytes) / n
+    f.native_allocs = (a1.allocs - a0.allocs) / n
+    f.native_host_bytes = (a1.host_bytes - a0.host_bytes) / n
+    f.native_pool_bytes = (a1.pool_bytes - a0.pool_bytes) / n
+    f.native_host_allocs = (a1.host_allocs - a0.host_allocs) / n
+    f.native_pool_allocs = (a1.pool_allocs - a0.pool_allocs) / n
+  end
+  f.us = dt * 1e6 / n
+  f.ops = n
+  result.figures[name] = f
+end
+
+local hello, echo = B.host_functions()
+
+measure("direct", count(2000000), function(n)
+  local sum = 0
+  for i = 1, n do
+    local a, b = hello(i)
+    sum = sum + a + b
+  end
+  if sum == 0 then error("unreachable") end
+end)
+
+measure("invoke", count(20000), function(n)
+  for i = 1, n do
+    local a, b = pool1:invoke(CHUNK, "helloLua", i)
+    if a ~= i or b ~= 100000 then error("invoke: wrong result " .. tostring(a)) end
+  end
+end)
+
+-- the same round trip, each call timed: the distribution behind the mean above
+do
+  local n = count(20000)
+  local lat = {}
+  for i = 1, n do
+    local t0 = clock()
+    pool1:invoke(CHUNK, "helloLua", i)
+    lat[i] = (clock() - t0) * 1e6
+  end
+  table.sort(lat)
+  local function q(f) return lat[math.max(1, math.floor(n * f))] end
+  result.figures.invoke_latency = { p10 = q(0.1), p50 = q(0.5), p90 = q(0.9), p99 = q(0.99), max = lat[n], ops = n }
+end
+
+local t10 = B.table10()
+measure("echo10_direct", count(2000000), function(n)
+  for _ = 1, n do
+    local r = echo(t10)
+    if r ~= t10 then error("unreachable") end
+  end
+end)
+measure("echo10", count(20000), function(n)
+  for _ = 1, n do
+    local r = pool1:invoke(CHUNK, "echo", t10)
+    if r.j ~= 10 then error("echo10: wrong result") end
+  end
+end)
+
+measure("submit", count(20) * IN_FLIGHT, function(n)
+  local futs = {}
+  local done = 0
+  while done < n do
+    local batch = math.min(IN_FLIGHT, n - done)
+    for i = 1, batch do futs[i] = pool_default:submit(CHUNK, "helloLua", done + i) end
+    for i = 1, batch do
+      local a = futs[i]:wait()
+      if a ~= done + i then error("submit: wrong result " .. tostring(a)) end
+      futs[i] = nil
+    end
+    done = done + batch
+  end
+end, IN_FLIGHT)
+
+measure("co_invoke", count(20) * IN_FLIGHT, function(n)
+  local per = math.floor(n / IN_FLIGHT)
+  if per < 1 then per = 1 end
+  vmpool.run(function()
+    for c = 1, math.min(IN_FLIGHT, n) do
+      vmpool.spawn(function()
+        for i = 1, per do
+          local a = pool_default:co_invoke(CHUNK, "helloLua", i)
+          if a ~= i then error("co_invoke: wrong result " .. tostring(a)) end
+        end
+      end, c)
+    end
+  end)
+end, IN_FLIGHT)
+
+pool1:close()
+pool_default:close()
+
+-- the other libraries, same figures
+result.baselines = {}
+for _, kind in ipairs { "lanes", "effil" } do
+  local mod, why = baselines.available(kind)
+  if not mod then
+    result.baselines[kind] = { absent = why }
+  else
+    local ok, err = pcall(function()
+      local p1 = assert(baselines.pool(kind, 1))
+      measure(kind .. "_invoke", count(20000), function(n)
+        for i = 1, n do
+          local a = p1.call(i)
+          if a ~= i then error(kind .. ": wrong result") end
+        end
+      end)
+      p1.close()
+      local pn = assert(baselines.pool(kind, tonumber(o.cpus) or 2))
+      measure(kind .. "_stream", count(20) * IN_FLIGHT, function(n) pn.stream(IN_FLIGHT, n) end, IN_FLIGHT)
+      pn.close()
+    end)
+    result.baselines[kind] = ok and { present = true } or { failed = tostring(err) }
+  end
+end
+
+result.rss_kb = B.status_field("VmHWM")
+print(B.result_line(result))

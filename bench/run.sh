@@ -1,0 +1,34 @@
+#!/bin/sh
+# The one entry point of the benchmarks: installs what they need, builds the module trees, runs the
+# suites and writes the report. Usage:
+#   bench/run.sh report      everything, then bench/REPORT.md and bench/charts/*.svg (make report)
+#   bench/run.sh micro       the micro benchmark only, summary on stdout (make bench)
+#   bench/run.sh workload    the strategies x parallelism x CPUs matrix only
+#   bench/run.sh callgrind   instructions per call and profiles only (bench/callgrind)
+#   bench/run.sh compare A B two revisions interleaved (bench/compare)
+#   bench/run.sh render      rewrite REPORT.md from the results already in bench/out/
+# Settings are environment variables, listed in bench/README.md (BENCH_QUICK=1 for a quick run).
+set -eu
+cd "$(dirname "$0")/.."
+what=${1:-report}
+runtimes=${BENCH_RUNTIMES:-"lua5.1 lua5.4 luajit"}
+case "$what" in
+  render)
+    exec lua5.4 bench/report.lua
+    ;;
+  compare)
+    scripts/install-deps.sh valgrind
+    exec lua5.4 bench/run.lua "$@"
+    ;;
+  micro|workload|callgrind|report) ;;
+  *) echo "usage: bench/run.sh report|micro|workload|callgrind|compare A B|render" >&2; exit 2 ;;
+esac
+scripts/install-deps.sh valgrind util-linux
+need="$runtimes ${BENCH_WORKLOAD_LUA:-lua5.4}"
+# shellcheck disable=SC2086
+bench/build.sh $(printf '%s\n' $need | sort -u)
+lua5.4 bench/run.lua "$what"
+case "$what" in
+  report) lua5.4 bench/report.lua ;;
+  micro) lua5.4 bench/report.lua --section=micro ;;
+esac
