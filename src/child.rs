@@ -301,22 +301,46 @@ impl Child {
 
     fn call(&mut self, chunk: &Chunk, buf: &mut Vec<u8>) -> (Outcome, bool) {
         let st = self.st;
-        let mut ctx = RunCtx {
-            args: buf.as_ptr(),
-            args_len: buf.len(),
-            chunk_id: chunk.id as i64,
-            failure: Failure::None,
-        };
         if self.func != self.func_in_slot {
             st.push_bytes(&self.func);
             st.replace(FUNC_NAME);
             self.func_in_slot.clear();
             self.func_in_slot.extend_from_slice(&self.func);
         }
-        st.push_value(TRAMPOLINE);
-        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
-        st.push_value(FUNC_NAME);
-        let rc = st.pcall(2, ffi::LUA_MULTRET, MSGH);
+        let mut ctx = RunCtx {
+            args: buf.as_ptr(),
+            args_len: buf.len(),
+            chunk_id: chunk.id as i64,
+            failure: Failure::None,
+        };
+        let rc = if self.memory_limit.is_none() {
+            // Finding the function (raw gets) cannot raise, and pushing the arguments can only
+            // raise "not enough memory" without a memory limit, which ends the process anyway:
+            // call the function directly.
+            match find_function(st, CHUNKS, ctx.chunk_id, FUNC_NAME) {
+                Err(global) => {
+                    ctx.failure = Failure::NoFunction { global };
+                    0
+                }
+                Ok(()) => {
+                    // SAFETY: `buf` is the call's argument buffer, alive and unchanged here.
+                    let args = unsafe { std::slice::from_raw_parts(ctx.args, ctx.args_len) };
+                    match value::push_values(st, args) {
+                        Ok(nargs) => st.pcall(nargs, ffi::LUA_MULTRET, MSGH),
+                        Err(c) => {
+                            ctx.failure = Failure::Corrupt(c.0);
+                            0
+                        }
+                    }
+                }
+            }
+        } else {
+            // with a memory limit, decoding the arguments may hit it: do it in protected mode
+            st.push_value(TRAMPOLINE);
+            st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+            st.push_value(FUNC_NAME);
+            st.pcall(2, ffi::LUA_MULTRET, MSGH)
+        };
         let func_name = || String::from_utf8_lossy(&self.func).into_owned();
         if rc != 0 {
             let failed = self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
@@ -440,28 +464,11 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     // unchanged during the call.
     let args = unsafe { std::slice::from_raw_parts(ctx.args, ctx.args_len) };
     st.remove(1); // [name]
-    let chunks = ffi::lua_upvalueindex(1);
-    // the table the chunk returned first, then the globals
-    let returned_table = st.raw_geti(chunks, ctx.chunk_id) == TTABLE; // [name, t]
-    if returned_table {
-        get_field(st, 1); // [name, t, t[name]]
-        if st.type_of(-1) == TNIL {
-            st.set_top(1);
-        }
-    } else {
-        st.set_top(1);
-    }
-    if st.top() == 1 {
-        st.push_globals();
-        get_field(st, 1); // [name, _G, _G[name]]
-    }
-    st.replace(1);
-    st.set_top(1); // [function]
-    let global = !returned_table;
-    if !is_callable(st, 1) {
+    if let Err(global) = find_function(st, ffi::lua_upvalueindex(1), ctx.chunk_id, 1) {
         ctx.failure = Failure::NoFunction { global };
         return 0;
     }
+    st.replace(1); // [function]
     let nargs = match value::push_values(st, args) {
         Ok(n) => n,
         Err(c) => {
@@ -475,13 +482,36 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     st.top() as isize
 }
 
-/// Pushes `table[name]` for the table on top and the name at stack slot `name` (metamethods
-/// allowed: this runs inside the protected call).
-fn get_field(st: State, name: c_int) {
+/// Pushes the function a call names: field `name` (the string at slot `name`) of the table chunk
+/// `id` returned (found in the table at `chunks`), else the global of that name. Raw gets: no
+/// metamethod runs, so this cannot raise. On failure pushes nothing and says whether the chunk
+/// returned no table (so only the globals were searched).
+fn find_function(st: State, chunks: c_int, id: i64, name: c_int) -> Result<(), bool> {
+    // `replace(-2)` drops the table under the function (cheaper than `remove`, which rotates)
+    let returned_table = st.raw_geti(chunks, id) == TTABLE;
+    if returned_table {
+        st.push_value(name);
+        if st.raw_get(-2) != TNIL {
+            st.replace(-2);
+            return check_callable(st, returned_table);
+        }
+        st.pop(1);
+    }
+    st.pop(1);
+    st.push_globals();
     st.push_value(name);
-    // SAFETY: table at -2, key on top; an error raised by an `__index` metamethod is caught by
-    // the enclosing `lua_pcall`, and no Rust value with a destructor lives in the calling frames.
-    unsafe { ffi::lua_gettable(st.as_ptr(), -2) };
+    st.raw_get(-2);
+    st.replace(-2);
+    check_callable(st, returned_table)
+}
+
+fn check_callable(st: State, returned_table: bool) -> Result<(), bool> {
+    if is_callable(st, -1) {
+        Ok(())
+    } else {
+        st.pop(1);
+        Err(!returned_table)
+    }
 }
 
 fn is_callable(st: State, idx: c_int) -> bool {

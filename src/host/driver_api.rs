@@ -62,7 +62,7 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
         .ok_or_else(|| {
             Error::BadArgument("expected a pool (call it as pool:co_invoke(...))".into())
         })?;
-    let call = pool.prepare_with(st, 3, "co_invoke", &mut d.cache)?;
+    let call = pool.prepare_with(st, 3, "co_invoke", Some(&mut d.cache))?;
     if let Err(e) = pool.pool.submit(call.clone()) {
         d.cache.put(call);
         return Err(e);

@@ -30,8 +30,7 @@ pub struct PoolHandle {
     pub pool: Arc<Pool>,
     /// The chunk named by the last call, valid while the registry epoch is unchanged.
     last_chunk: Option<(u64, Arc<Chunk>)>,
-    /// Finished calls ready for reuse, so a call allocates nothing in the steady state.
-    /// Finished calls kept for reuse.
+    /// Finished calls kept for reuse, so a call allocates nothing in the steady state.
     cache: CallCache,
     closed: bool,
     pub poll: Option<Arc<crate::notify::PollSignal>>,
@@ -70,20 +69,17 @@ impl PoolHandle {
 
     /// Builds a call from `pool:METHOD(chunk, fn, ...)` arguments at stack slots 2.. .
     pub fn prepare(&mut self, st: State, method: &str) -> Result<Arc<Call>, Error> {
-        let mut cache = std::mem::take(&mut self.cache);
-        let call = self.prepare_with(st, 2, method, &mut cache);
-        self.cache = cache;
-        call
+        self.prepare_with(st, 2, method, None)
     }
 
     /// Builds a call from arguments `chunk, fn, ...` starting at stack slot `base`, in a call
-    /// record taken from `cache` (given back to it on error).
+    /// record taken from `cache` (this pool's own if `None`; given back to it on error).
     pub fn prepare_with(
         &mut self,
         st: State,
         base: c_int,
         method: &str,
-        cache: &mut CallCache,
+        cache: Option<&mut CallCache>,
     ) -> Result<Arc<Call>, Error> {
         self.check()?;
         let name = st
@@ -93,6 +89,10 @@ impl PoolHandle {
             .to_bytes(base + 1)
             .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
         let chunk = self.chunk(name)?;
+        let cache = match cache {
+            Some(c) => c,
+            None => &mut self.cache,
+        };
         let mut call = cache.take(Some(&self.pool));
         let encoded = match Arc::get_mut(&mut call) {
             Some(c) => {
