@@ -1,17 +1,23 @@
 //! Telling a scheduler that calls finished, without polling.
 //!
 //! - [`Notifier`]: a completion queue of tokens for one scheduler loop (`vmpool.run`, the OpenResty
-//!   light thread). Finished calls push their token; the loop sleeps on a condition variable (or an
-//!   fd made readable when the queue goes from empty to non-empty) and drains the queue.
+//!   light thread). Finished calls push their token; the loop sleeps on a condition variable (or on
+//!   a doorbell that rings when the queue goes from empty to non-empty) and drains the queue.
 //! - [`PollSignal`]: one file descriptor per pool for foreign event loops (cqueues, luv). It is
 //!   readable while at least one subscribed future has finished and its owner has not yet looked at
 //!   it (see `fut:pollfd()` in the README): each waiter re-checks its own future when woken.
+//! - [`BellListener`]: how a loop that can only wait on sockets it connected itself (OpenResty's
+//!   cosockets) gets a [`Doorbell::Socket`].
+
+mod doorbell;
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
+
+pub use doorbell::BellListener;
 
 /// Who to tell when a call finishes.
 pub enum Subscriber {
@@ -32,7 +38,7 @@ impl Subscriber {
 pub enum Doorbell {
     /// An eventfd: write a counter increment.
     EventFd(OwnedFd),
-    /// A stream socket: write one byte.
+    /// A connected stream socket (non-blocking): write one byte.
     Socket(OwnedFd),
 }
 
@@ -40,7 +46,7 @@ impl Doorbell {
     fn ring(&self) {
         match self {
             Doorbell::EventFd(fd) => write_all(fd.as_raw_fd(), &1u64.to_ne_bytes()),
-            Doorbell::Socket(fd) => write_all(fd.as_raw_fd(), b"!"),
+            Doorbell::Socket(fd) => send_byte(fd.as_raw_fd()),
         }
     }
 }
@@ -50,7 +56,27 @@ fn write_all(fd: RawFd, bytes: &[u8]) {
         // SAFETY: `fd` is open for the doorbell's lifetime; `bytes` is a valid buffer.
         let n = unsafe { libc::write(fd, bytes.as_ptr() as *const libc::c_void, bytes.len()) };
         if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // A full non-blocking socket (EAGAIN) already holds an unread ring: nothing is lost.
+            // A full non-blocking descriptor (EAGAIN) already holds an unread ring: nothing is lost.
+            return;
+        }
+    }
+}
+
+fn send_byte(fd: RawFd) {
+    loop {
+        // SAFETY: `fd` is a socket open for the doorbell's lifetime; the buffer is one valid byte.
+        // MSG_NOSIGNAL: a reader that went away gives EPIPE, not a SIGPIPE that would kill a host
+        // which does not ignore it.
+        let n = unsafe {
+            libc::send(
+                fd,
+                b"!".as_ptr() as *const libc::c_void,
+                1,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // EAGAIN: the socket buffer is full of unread rings; EPIPE: nobody listens any more.
             return;
         }
     }
@@ -62,6 +88,8 @@ struct Queue {
     sleeping: bool,
     /// Rung and not yet drained: no need to ring again.
     rung: bool,
+    /// Kept under the queue's lock so that a ring never writes to a descriptor being replaced.
+    doorbell: Option<Doorbell>,
 }
 
 /// A completion queue for one scheduler loop.
@@ -69,7 +97,6 @@ struct Queue {
 pub struct Notifier {
     queue: Mutex<Queue>,
     cond: Condvar,
-    doorbell: Mutex<Option<Doorbell>>,
 }
 
 impl Notifier {
@@ -77,23 +104,50 @@ impl Notifier {
         Arc::new(Notifier::default())
     }
 
+    /// Installs (or removes) the doorbell. Tokens already queued ring the new one at once, since
+    /// an earlier ring may have gone to a doorbell nobody reads any more.
     pub fn set_doorbell(&self, bell: Option<Doorbell>) {
-        *self.doorbell.lock() = bell;
+        let old = {
+            let mut guard = self.queue.lock();
+            let q = &mut *guard;
+            let old = std::mem::replace(&mut q.doorbell, bell);
+            q.rung = false;
+            if !q.tokens.is_empty() {
+                if let Some(b) = &q.doorbell {
+                    q.rung = true;
+                    b.ring();
+                }
+            }
+            old
+        };
+        // closed outside the lock
+        drop(old);
+    }
+
+    pub fn has_doorbell(&self) -> bool {
+        self.queue.lock().doorbell.is_some()
     }
 
     pub fn push(&self, token: u64) {
-        let ring = {
-            let mut q = self.queue.lock();
-            q.tokens.push(token);
-            if q.sleeping {
-                self.cond.notify_one();
-            }
-            !std::mem::replace(&mut q.rung, true)
-        };
-        if ring {
-            if let Some(bell) = self.doorbell.lock().as_ref() {
+        let mut guard = self.queue.lock();
+        let q = &mut *guard;
+        q.tokens.push(token);
+        if q.sleeping {
+            self.cond.notify_one();
+        }
+        if !q.rung {
+            if let Some(bell) = &q.doorbell {
                 bell.ring();
+                q.rung = true;
             }
+        }
+    }
+
+    /// Rings the doorbell whatever the queue holds (a loop is asked to look at its state).
+    pub fn wake(&self) {
+        let q = self.queue.lock();
+        if let Some(bell) = &q.doorbell {
+            bell.ring();
         }
     }
 
@@ -185,4 +239,85 @@ pub fn eventfd() -> std::io::Result<OwnedFd> {
     }
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+
+    fn connected_bell() -> (Arc<Notifier>, UnixStream) {
+        let dir = std::env::temp_dir();
+        let listener = BellListener::bind(&dir).unwrap();
+        let reader = UnixStream::connect(listener.path()).unwrap();
+        let fd = listener.accept().unwrap();
+        let n = Notifier::new();
+        n.set_doorbell(Some(Doorbell::Socket(fd)));
+        reader.set_nonblocking(true).unwrap();
+        (n, reader)
+    }
+
+    fn rings(reader: &mut UnixStream) -> usize {
+        let mut buf = [0u8; 64];
+        match reader.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    #[test]
+    fn socket_doorbell_rings_once_per_empty_to_nonempty() {
+        let (n, mut reader) = connected_bell();
+        n.push(1);
+        n.push(2);
+        assert_eq!(rings(&mut reader), 1);
+        let mut out = Vec::new();
+        n.drain(&mut out);
+        assert_eq!(out, [1, 2]);
+        n.push(3);
+        assert_eq!(rings(&mut reader), 1);
+        n.wake();
+        assert_eq!(rings(&mut reader), 1);
+    }
+
+    #[test]
+    fn new_doorbell_rings_for_tokens_already_queued() {
+        let n = Notifier::new();
+        n.push(7); // no doorbell yet: nobody hears it
+        let (m, mut reader) = connected_bell();
+        m.push(1);
+        assert_eq!(rings(&mut reader), 1);
+        // moving the doorbell of `m` to `n`, which holds an unheard token
+        let dir = std::env::temp_dir();
+        let listener = BellListener::bind(&dir).unwrap();
+        let mut r2 = UnixStream::connect(listener.path()).unwrap();
+        r2.set_nonblocking(true).unwrap();
+        n.set_doorbell(Some(Doorbell::Socket(listener.accept().unwrap())));
+        assert_eq!(rings(&mut r2), 1);
+    }
+
+    #[test]
+    fn listener_cleans_up_and_refuses_when_nobody_connected() {
+        let dir = std::env::temp_dir();
+        let listener = BellListener::bind(&dir).unwrap();
+        let path = listener.path().to_path_buf();
+        assert!(path.exists());
+        let err = listener.accept().unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::WouldBlock);
+        drop(listener);
+        assert!(!path.exists());
+        assert!(!path.parent().unwrap().exists());
+    }
+
+    #[test]
+    fn ringing_a_closed_reader_is_harmless() {
+        let (n, reader) = connected_bell();
+        drop(reader);
+        n.push(1);
+        n.wake();
+        n.set_doorbell(None);
+        assert!(!n.has_doorbell());
+    }
 }

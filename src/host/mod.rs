@@ -50,7 +50,15 @@ const FUTURE_META: Methods = &[
     ("__gc", future_api::gc),
     ("__tostring", future_api::tostring),
 ];
-const NOTIFIER_METHODS: Methods = &[("wait", notifier_api::wait), ("drain", notifier_api::drain)];
+const NOTIFIER_METHODS: Methods = &[
+    ("wait", notifier_api::wait),
+    ("drain", notifier_api::drain),
+    ("pending", notifier_api::pending),
+    ("_bell_listen", notifier_api::bell_listen),
+    ("_bell_accept", notifier_api::bell_accept),
+    ("_bell_close", notifier_api::bell_close),
+    ("_wake", notifier_api::wake),
+];
 const NOTIFIER_META: Methods = &[("__gc", notifier_api::gc)];
 const DRIVER_METHODS: Methods = &[
     ("submit", driver_api::submit),

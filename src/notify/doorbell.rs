@@ -1,0 +1,105 @@
+//! The socket doorbell of an event loop that can only wait on sockets it connected itself
+//! (OpenResty's cosockets): a listener in a private directory that the loop connects to once.
+//!
+//! The loop's side of the connection belongs to the event loop; this side is the doorbell that
+//! [`Notifier::push`](super::Notifier::push) writes to. The listener lives only between `bind` and
+//! `accept` (microseconds, in the same process); its directory is created with mode 0700, so
+//! other users cannot connect, and the peer's pid is checked, so other processes of the same user
+//! cannot slip in either.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Names of the private directories: unique per process and call.
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+pub struct BellListener {
+    listener: UnixListener,
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl BellListener {
+    /// Binds a listening socket at `<parent>/vmpool-<pid>-<n>/bell`.
+    pub fn bind(parent: &Path) -> io::Result<BellListener> {
+        let pid = std::process::id();
+        let dir = loop {
+            let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
+            let dir = parent.join(format!("vmpool-{pid}-{n}"));
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => break dir,
+                // left behind by a killed process that had the same pid: take the next name
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        let path = dir.join("bell");
+        let listener = match UnixListener::bind(&path).and_then(|l| {
+            l.set_nonblocking(true)?;
+            Ok(l)
+        }) {
+            Ok(l) => l,
+            Err(e) => {
+                let _ = std::fs::remove_dir(&dir);
+                return Err(e);
+            }
+        };
+        Ok(BellListener {
+            listener,
+            dir,
+            path,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Takes the connection this process made to the listener (it is already queued: a unix
+    /// socket `connect` completes as soon as the listener's backlog has room). Connections from
+    /// other processes are closed. Fails with `WouldBlock` if none of ours is queued.
+    pub fn accept(&self) -> io::Result<OwnedFd> {
+        loop {
+            let (stream, _) = self.listener.accept()?;
+            if peer_pid(&stream)? == std::process::id() as libc::pid_t {
+                stream.set_nonblocking(true)?;
+                return Ok(OwnedFd::from(stream));
+            }
+        }
+    }
+}
+
+impl Drop for BellListener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn peer_pid(sock: &impl AsRawFd) -> io::Result<libc::pid_t> {
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid for writes and `len` holds `cred`'s size, as
+    // SO_PEERCRED requires; the descriptor is open for the duration of the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.pid)
+}
