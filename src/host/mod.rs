@@ -1,6 +1,7 @@
 //! The module as the host Lua sees it: `luaopen_vmpool` builds the metatables of the pool, future
 //! and notifier types, the native functions, and then runs the Lua half of the module
-//! (`src/lua/vmpool.lua`: `co_invoke`, `vmpool.run`, `vmpool.spawn`) over them.
+//! (`src/lua/vmpool.lua`: `co_invoke`, `vmpool.run`, `vmpool.spawn`) over them; inside OpenResty
+//! that also loads the adapter in `src/lua/ngx.lua` (`vmpool.ngx`).
 
 pub mod call_cache;
 #[cfg(feature = "count-alloc")]
@@ -21,6 +22,8 @@ use crate::Error;
 
 /// The Lua half of the module, compiled into the library.
 const GLUE: &str = include_str!("../lua/vmpool.lua");
+/// The OpenResty adapter: compiled by `vmpool.lua` only inside ngx_lua (`native._ngx_source`).
+const NGX_GLUE: &str = include_str!("../lua/ngx.lua");
 
 type Methods = &'static [(&'static str, ffi::lua_CFunction)];
 
@@ -130,6 +133,8 @@ pub fn open(st: State) -> Result<c_int, Error> {
     st.raw_set_str(native, "_VERSION");
     st.push_str(crate::abi::RUNTIME);
     st.raw_set_str(native, "runtime");
+    st.push_str(NGX_GLUE);
+    st.raw_set_str(native, "_ngx_source");
 
     if st.load_text(GLUE.as_bytes(), "vmpool.lua") != 0 {
         return Err(Error::Internal(format!(

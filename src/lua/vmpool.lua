@@ -88,6 +88,10 @@ function Pool:co_invoke(chunk, fn, ...)
     coroutine_yield(WAIT)
     return native_result(d.native, token)
   end
+  local host = M._host_co_invoke -- OpenResty (src/lua/ngx.lua): decides by the request phase
+  if host then
+    return host(self, chunk, fn, ...)
+  end
   if in_coroutine() then
     local awaiter = M.awaiter
     if awaiter then
@@ -159,6 +163,12 @@ function M.spawn(fn, ...)
     error("vmpool: vmpool.spawn must be called inside vmpool.run", 2)
   end
   d:spawn(fn, ...)
+end
+
+-- Inside OpenResty: the adapter of src/lua/ngx.lua (compiled into the library) becomes vmpool.ngx.
+if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
+  local load_text = loadstring or load -- luacheck: ignore 113
+  M.ngx = assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
 end
 
 return M

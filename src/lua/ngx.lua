@@ -1,0 +1,447 @@
+-- vmpool.ngx: the OpenResty adapter, compiled into the library and loaded by vmpool.lua when the
+-- host is ngx_lua. It makes pool:co_invoke (and vmpool.ngx.wait) yield the request's coroutine
+-- instead of blocking the worker's event loop, with public ngx_lua APIs only:
+--
+--   request coroutine                       light thread (one per worker: an ngx.timer)
+--   fut = pool:submit(...)                  sleeps in sock:receiveany() on a unix-socket cosocket
+--   fut:_subscribe(notifier, token)         the native side writes one byte to the other end when
+--   sem:wait()  -- yields                   the completion queue goes from empty to non-empty
+--                                           tokens = notifier:drain(); sem:post() for each waiter
+--   fut:wait()  -- done: returns at once
+--
+-- Phases that cannot yield (set, header/body filter, log, balancer) raise an error; init,
+-- init_worker and exit_worker block (plain invoke). Everything here is per worker process: the
+-- state is rebuilt when the pid changes (a copy inherited from the master is never used).
+-- luacheck: read globals ngx
+
+local M, native = ...
+
+local ngx = ngx
+local get_phase, timer_at, tcp = ngx.get_phase, ngx.timer.at, ngx.socket.tcp
+local worker_pid, worker_exiting = ngx.worker.pid, ngx.worker.exiting
+local ngx_log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
+local error, pcall, tostring, type, pairs, getmetatable = error, pcall, tostring, type, pairs, getmetatable
+local fmt = string.format
+
+local have_semaphore, semaphore = pcall(require, "ngx.semaphore")
+
+local A = {}
+
+-- where ngx.semaphore's wait (and so a yield) is allowed
+local YIELDS = {
+  rewrite = true, access = true, content = true, timer = true, preread = true,
+  ssl_cert = true, ssl_session_fetch = true, ssl_client_hello = true,
+}
+-- no request and no yield: wait the plain, blocking way
+local BLOCKS = { init = true, init_worker = true, exit_worker = true }
+
+local config = {
+  -- where the light thread's doorbell socket lives for the microseconds of its setup: a directory
+  -- the worker user (often nobody) can write
+  socket_dir = "/tmp",
+  -- how long a request waits for its call (seconds) before giving up and cancelling it
+  wait_timeout = 60,
+  -- how long the light thread's read may sleep before it looks around (seconds); worker exit wakes
+  -- it at once, so this only bounds an idle worker's wake-ups
+  idle_timeout = 300,
+}
+
+-- the exit watch: a pending ngx.timer fires early ("premature") when the worker starts to exit
+local SENTINEL_DELAY = 86400
+local RING_BYTES = 256
+local MAX_FREE_SEMAPHORES = 4096
+
+local STOPPED, STARTING, RUNNING = "stopped", "starting", "running"
+
+local W -- this worker's state, see worker()
+
+local function worker()
+  local pid = worker_pid()
+  local w = W
+  if w == nil or w.pid ~= pid then
+    w = {
+      pid = pid,
+      notifier = native._notifier(),
+      waiting = {}, -- token -> semaphore of the request waiting for it
+      waiters = 0,
+      next_token = 1,
+      free = {}, -- semaphores ready for reuse (count 0, nobody waiting)
+      nfree = 0,
+      reader = STOPPED,
+      exiting = false,
+      sentinel = false,
+      failure = nil, -- why the light thread failed (the waiters it woke raise it)
+      pools = {}, -- vmpool.ngx.pool(name, ...)
+      -- counters of vmpool.ngx.stats()
+      waits = 0, wakeups = 0, completions = 0, dropped = 0, timeouts = 0, reader_starts = 0,
+    }
+    W = w
+  end
+  return w
+end
+
+local function dispatch(w, tokens)
+  local waiting = w.waiting
+  local n = #tokens
+  for i = 1, n do
+    local t = tokens[i]
+    local sem = waiting[t]
+    if sem then
+      waiting[t] = nil
+      w.waiters = w.waiters - 1
+      if sem:count() < 0 then
+        sem:post(1)
+      else
+        -- nobody waits on it any more: nginx ended the request (client abort, killed thread)
+        w.dropped = w.dropped + 1
+      end
+    else
+      -- its request stopped waiting (timed out, or the light thread failed)
+      w.dropped = w.dropped + 1
+    end
+  end
+  w.completions = w.completions + n
+end
+
+-- Wakes every waiting request with an error (the light thread cannot run).
+local function fail_waiters(w, why)
+  w.failure = why
+  local waiting = w.waiting
+  w.waiting, w.waiters = {}, 0
+  for _, sem in pairs(waiting) do
+    sem:post(1)
+  end
+end
+
+local reader_main, arm_sentinel
+
+local function start_reader(w)
+  if w.exiting or worker_exiting() then
+    return nil, "exiting"
+  end
+  local notifier = w.notifier
+  local ok, path = pcall(notifier._bell_listen, notifier, config.socket_dir)
+  if not ok then
+    return nil, path
+  end
+  local started, err = timer_at(0, reader_main, w, path)
+  if not started then
+    notifier:_bell_close()
+    if err == "process exiting" then
+      return nil, "exiting"
+    end
+    return nil, fmt("vmpool: cannot start the light thread that wakes waiting requests: %s "
+      .. "(raise lua_max_pending_timers or lua_max_running_timers)", tostring(err))
+  end
+  w.reader = STARTING
+  w.reader_starts = w.reader_starts + 1
+  return true
+end
+
+reader_main = function(premature, w, path)
+  if premature then
+    w.exiting = true -- still serve the requests already waiting
+  end
+  local notifier = w.notifier
+  if W ~= w then
+    notifier:_bell_close()
+    return
+  end
+  local sock = tcp()
+  sock:settimeouts(5000, 5000, config.idle_timeout * 1000)
+  local ok, err = sock:connect("unix:" .. path)
+  if ok then
+    ok, err = pcall(notifier._bell_accept, notifier)
+  end
+  if not ok then
+    sock:close()
+    notifier:_bell_close()
+    w.reader = STOPPED
+    local why = fmt("vmpool: the light thread cannot connect to its doorbell socket %s: %s "
+      .. "(check vmpool.ngx.configure{socket_dir = ...})", path, tostring(err))
+    ngx_log(ERR, why)
+    fail_waiters(w, why)
+    return
+  end
+  w.reader = RUNNING
+  w.failure = nil
+  arm_sentinel(w)
+  dispatch(w, notifier:drain())
+  local broken
+  while true do
+    if w.waiters == 0 and (w.exiting or worker_exiting()) then
+      break
+    end
+    local data, rerr = sock:receiveany(RING_BYTES)
+    if data then
+      w.wakeups = w.wakeups + 1
+      dispatch(w, notifier:drain())
+    elseif rerr ~= "timeout" then
+      broken = rerr
+      break
+    end
+  end
+  sock:close()
+  notifier:_bell_close()
+  w.reader = STOPPED
+  if broken then
+    dispatch(w, notifier:drain())
+    if w.waiters > 0 then
+      local restarted, why = start_reader(w)
+      if not restarted then
+        fail_waiters(w, fmt("vmpool: the light thread lost its doorbell socket (%s) and cannot restart: %s",
+          tostring(broken), tostring(why)))
+      end
+    end
+  end
+end
+
+local function sentinel(premature, w)
+  w.sentinel = false
+  if W ~= w then
+    return
+  end
+  if premature then
+    -- the worker is shutting down (reload, quit): the light thread finishes the waiting requests,
+    -- then closes its socket, so nothing is left open when the worker exits
+    w.exiting = true
+    if w.waiters > 0 then
+      ngx_log(NOTICE, "vmpool: worker exiting, finishing ", w.waiters, " waiting request(s) first")
+    end
+    w.notifier:_wake()
+  else
+    arm_sentinel(w)
+  end
+end
+
+arm_sentinel = function(w)
+  if w.sentinel or w.exiting then
+    return
+  end
+  local ok, err = timer_at(SENTINEL_DELAY, sentinel, w)
+  if ok then
+    w.sentinel = true
+  else
+    ngx_log(WARN, "vmpool: cannot watch for worker exit (", tostring(err), "); an exiting worker may ",
+      "take up to vmpool.ngx.configure{idle_timeout} seconds to stop")
+  end
+end
+
+local function phase_error(what, phase)
+  return fmt("vmpool: %s cannot wait in nginx's %s phase, which cannot yield; call it from "
+    .. "rewrite_by_lua, access_by_lua, content_by_lua or an ngx.timer (or use pool:invoke to block "
+    .. "the worker on purpose)", what, tostring(phase))
+end
+
+-- Yields the running request until fut is done; returns its results (or raises its error).
+local function await(fut, timeout)
+  local w = W
+  if w == nil or w.pid ~= worker_pid() then
+    w = worker()
+  end
+  if w.reader == STOPPED then
+    local ok, err = start_reader(w)
+    if not ok then
+      if err == "exiting" then
+        -- the worker is shutting down and its light thread is gone: finish this call the plain way
+        return fut:wait()
+      end
+      fut:cancel()
+      error(err, 0)
+    end
+  end
+  local token = w.next_token
+  w.next_token = token + 1
+  if not fut:_subscribe(w.notifier, token) then
+    return fut:wait() -- already finished
+  end
+  local sem
+  local n = w.nfree
+  if n > 0 then
+    sem = w.free[n]
+    w.free[n] = nil
+    w.nfree = n - 1
+  else
+    sem = semaphore.new()
+  end
+  w.waiting[token] = sem
+  w.waiters = w.waiters + 1
+  w.waits = w.waits + 1
+  timeout = timeout or config.wait_timeout
+  local ok, err = sem:wait(timeout)
+  if ok then
+    if fut:ready() then
+      n = w.nfree
+      if n < MAX_FREE_SEMAPHORES then
+        w.free[n + 1] = sem
+        w.nfree = n + 1
+      end
+      return fut:wait()
+    end
+    fut:cancel()
+    error(w.failure or "vmpool: internal error (please report it): woken before the call finished", 0)
+  end
+  if w.waiting[token] == sem then
+    w.waiting[token] = nil
+    w.waiters = w.waiters - 1
+  end
+  if fut:ready() then
+    return fut:wait() -- finished, but the light thread had not got to it yet
+  end
+  -- its completion, when it comes, finds no waiter and is dropped
+  fut:cancel()
+  w.timeouts = w.timeouts + 1
+  error(fmt("vmpool: gave up after %gs waiting for the call to finish (%s; it was cancelled if it had "
+    .. "not started); raise vmpool.ngx.configure{wait_timeout = seconds} or make the call shorter",
+    timeout, tostring(err)), 0)
+end
+
+local function check_semaphore()
+  if not have_semaphore then
+    error("vmpool: ngx.semaphore (lua-resty-core) cannot be loaded: " .. tostring(semaphore)
+      .. " (add its directory, e.g. /usr/share/lua/5.1/?.lua, to lua_package_path)", 0)
+  end
+end
+
+--- pool:co_invoke(chunk, fn, ...) inside OpenResty (see vmpool.lua's dispatch).
+function M._host_co_invoke(pool, chunk, fn, ...)
+  local phase = get_phase()
+  if YIELDS[phase] then
+    if not have_semaphore then
+      check_semaphore()
+    end
+    return await(pool:submit(chunk, fn, ...), nil)
+  elseif BLOCKS[phase] then
+    return pool:invoke(chunk, fn, ...)
+  end
+  error(phase_error("pool:co_invoke", phase), 0)
+end
+
+--- vmpool.ngx.wait(fut [, timeout]): waits for a future from pool:submit, yielding the request
+--- (or blocking in init phases); returns the call's results or raises its error.
+function A.wait(fut, timeout)
+  local mt = type(fut) == "userdata" and getmetatable(fut)
+  if not mt or mt.__index ~= native.future_methods then
+    error("vmpool: bad argument #1 to 'vmpool.ngx.wait': expected a future (from pool:submit), got "
+      .. type(fut), 0)
+  end
+  if timeout ~= nil and (type(timeout) ~= "number" or timeout < 0) then
+    error("vmpool: bad argument #2 to 'vmpool.ngx.wait': expected a timeout in seconds (non-negative number), got "
+      .. tostring(timeout), 0)
+  end
+  local phase = get_phase()
+  if YIELDS[phase] then
+    check_semaphore()
+    return await(fut, timeout)
+  elseif BLOCKS[phase] then
+    return fut:wait(timeout)
+  end
+  error(phase_error("vmpool.ngx.wait", phase), 0)
+end
+
+--- vmpool.ngx.configure{socket_dir =, wait_timeout =, idle_timeout =}: settings for this worker
+--- process (call it in init_by_lua or init_worker_by_lua).
+function A.configure(opts)
+  if type(opts) ~= "table" then
+    error("vmpool: bad argument #1 to 'vmpool.ngx.configure': expected a table, got " .. type(opts), 0)
+  end
+  for k, v in pairs(opts) do
+    if k == "socket_dir" then
+      if type(v) ~= "string" or v == "" then
+        error("vmpool: vmpool.ngx.configure: socket_dir must be a directory path (string)", 0)
+      end
+    elseif k == "wait_timeout" or k == "idle_timeout" then
+      if type(v) ~= "number" or v ~= v or v <= 0 or v > 2000000 then
+        error(fmt("vmpool: vmpool.ngx.configure: %s must be a number of seconds in (0, 2000000], got %s",
+          k, tostring(v)), 0)
+      end
+    else
+      error(fmt("vmpool: vmpool.ngx.configure: unknown option '%s' (known: socket_dir, wait_timeout, "
+        .. "idle_timeout)", tostring(k)), 0)
+    end
+  end
+  for k, v in pairs(opts) do
+    config[k] = v
+  end
+end
+
+--- vmpool.ngx.pool(name [, create]): this worker's pool called name, made by create() the first
+--- time (in this worker process, never in the master); without create, the pool must exist.
+function A.pool(name, create)
+  if create ~= nil and type(create) ~= "function" then
+    error("vmpool: bad argument #2 to 'vmpool.ngx.pool': expected a function that creates the pool, got "
+      .. type(create), 0)
+  end
+  if get_phase() == "init" then
+    error("vmpool: vmpool.ngx.pool makes a pool for one nginx worker; call it in init_worker_by_lua or "
+      .. "in a request, not in init_by_lua (the master's threads do not survive the fork into workers)", 0)
+  end
+  local w = W
+  if w == nil or w.pid ~= worker_pid() then
+    w = worker()
+  end
+  local pool = w.pools[name]
+  if pool ~= nil then
+    return pool
+  end
+  if create == nil then
+    error(fmt("vmpool: this worker has no pool named '%s' (create it with vmpool.ngx.pool(name, create), "
+      .. "e.g. in init_worker_by_lua)", tostring(name)), 0)
+  end
+  pool = create()
+  if pool == nil then
+    error("vmpool: vmpool.ngx.pool: create() returned nothing (return the pool from vmpool.new)", 0)
+  end
+  w.pools[name] = pool
+  return pool
+end
+
+--- vmpool.ngx.init_worker(): starts the light thread now instead of at the first wait (optional;
+--- call it in init_worker_by_lua).
+function A.init_worker()
+  check_semaphore()
+  local w = worker()
+  if w.reader == STOPPED then
+    local ok, err = start_reader(w)
+    if not ok and err ~= "exiting" then
+      error(err, 0)
+    end
+  end
+end
+
+--- vmpool.ngx.exit_worker(): closes this worker's pools made by vmpool.ngx.pool and the native end
+--- of the doorbell (call it in exit_worker_by_lua; a graceful exit has stopped the light thread).
+function A.exit_worker()
+  local w = W
+  if w == nil or w.pid ~= worker_pid() then
+    return
+  end
+  w.exiting = true
+  w.notifier:_bell_close()
+  local pools = w.pools
+  w.pools = {}
+  for _, pool in pairs(pools) do
+    pool:close()
+  end
+end
+
+--- vmpool.ngx.stats(): this worker's adapter state and counters.
+function A.stats()
+  local w = worker()
+  return {
+    pid = w.pid,
+    reader = w.reader,
+    exiting = w.exiting,
+    waiting = w.waiters,
+    waits = w.waits,
+    wakeups = w.wakeups,
+    completions = w.completions,
+    dropped = w.dropped,
+    timeouts = w.timeouts,
+    reader_starts = w.reader_starts,
+    queued = w.notifier:pending(),
+    free_semaphores = w.nfree,
+  }
+end
+
+return A
