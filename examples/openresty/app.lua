@@ -1,0 +1,79 @@
+-- The handlers of nginx.conf: one vmpool per nginx worker process, called with pool:co_invoke,
+-- which yields the request while a pool state runs the call, so the worker keeps serving others.
+local vmpool = require "vmpool"
+
+local app = {}
+
+-- The chunk the pool's states run (compiled once in the worker, loaded once per state).
+local CHILD = [[
+local M = {}
+function M.hello(name)
+  return "hello, " .. name
+end
+function M.fib(n)
+  if n < 2 then return n end
+  return M.fib(n - 1) + M.fib(n - 2)
+end
+function M.fail(why)
+  error(why)
+end
+return M
+]]
+
+local function pool()
+  return vmpool.ngx.pool("app")
+end
+
+function app.init_worker()
+  local p = vmpool.ngx.pool("app", function()
+    local new = vmpool.new { core = 2, max_noncore = 2 }
+    new:compile("app", CHILD)
+    return new
+  end)
+  -- init_worker_by_lua cannot yield, so co_invoke blocks here (briefly): a chunk that fails shows
+  -- in error.log at start-up rather than on the first request
+  app.warmup = p:co_invoke("app", "hello", "init_worker")
+  -- start the light thread that wakes waiting requests now, not on the first request
+  vmpool.ngx.init_worker()
+end
+
+function app.exit_worker()
+  vmpool.ngx.exit_worker() -- closes the pools made by vmpool.ngx.pool
+end
+
+-- GET /hello?name=you
+function app.hello()
+  ngx.say(pool():co_invoke("app", "hello", ngx.var.arg_name or "world"))
+end
+
+-- GET /fib?n=30: CPU-bound work, off the event loop
+function app.fib()
+  local n = tonumber(ngx.var.arg_n) or 25
+  if n < 0 or n > 35 then
+    ngx.status = 400
+    ngx.say("n must be in 0..35")
+    return
+  end
+  ngx.say(pool():co_invoke("app", "fib", n))
+end
+
+-- GET /fail: a call's error comes back as a plain string starting with "vmpool:"
+function app.fail()
+  local ok, err = pcall(pool().co_invoke, pool(), "app", "fail", "something went wrong")
+  ngx.status = ok and 200 or 500
+  ngx.say(err)
+end
+
+-- GET /stats: the pool's counters and the adapter's (this worker only)
+function app.stats()
+  local s = pool():stats()
+  local a = vmpool.ngx.stats()
+  for _, k in ipairs { "core", "noncore", "busy", "waiting", "invokes", "succeeded", "errors" } do
+    ngx.say("pool.", k, " ", s[k])
+  end
+  for _, k in ipairs { "pid", "reader", "waiting", "waits", "wakeups", "completions", "dropped", "timeouts" } do
+    ngx.say("ngx.", k, " ", tostring(a[k]))
+  end
+end
+
+return app
