@@ -1,5 +1,6 @@
 -- The handlers of nginx.conf: one vmpool per nginx worker process, called with pool:co_invoke,
 -- which yields the request while a pool state runs the call, so the worker keeps serving others.
+-- luacheck: globals ngx
 local vmpool = require "vmpool"
 
 local app = {}

@@ -1,0 +1,109 @@
+-- The handlers of spec/ngx/test_server.conf (loaded by the nginx workers the suite starts).
+-- luacheck: globals ngx
+local vmpool = require "vmpool"
+
+local T = {}
+
+-- Runs in the test pool's states. spin busies its state's CPU for `seconds` of wall time.
+local CHILD = [[
+local socket = require "socket"
+local M = {}
+function M.echo(...) return ... end
+function M.spin(seconds)
+  local deadline = socket.gettime() + seconds
+  while socket.gettime() < deadline do end
+  return seconds
+end
+function M.sleep(seconds)
+  socket.sleep(seconds)
+  return seconds
+end
+return M
+]]
+
+-- core = 2 and no more: /spin on both states keeps every state busy
+function T.pool()
+  return vmpool.ngx.pool("test", function()
+    local pool = vmpool.new { core = 2, max_noncore = 0 }
+    pool:compile("t", CHILD)
+    return pool
+  end)
+end
+
+-- the reload test's load: more states, calls that wait without using the CPU
+local function work_pool()
+  return vmpool.ngx.pool("work", function()
+    local pool = vmpool.new { core = 4, max_noncore = 0 }
+    pool:compile("t", CHILD)
+    return pool
+  end)
+end
+
+function T.stats()
+  local s = vmpool.ngx.stats()
+  for k, v in pairs(s) do
+    ngx.say("ngx.", k, "=", tostring(v))
+  end
+  for k, v in pairs(T.pool():stats()) do
+    ngx.say("pool.", k, "=", tostring(v))
+  end
+end
+
+function T.echo()
+  ngx.say(T.pool():co_invoke("t", "echo", ngx.var.arg_x))
+end
+
+function T.call(fn, arg)
+  ngx.say(T.pool():co_invoke("t", fn, arg))
+end
+
+function T.work()
+  local ms = tonumber(ngx.var.arg_ms) or 10
+  local s = work_pool():co_invoke("t", "sleep", ms / 1000)
+  ngx.say("ok ", s)
+end
+
+-- vmpool.ngx.wait with a timeout shorter than the call
+function T.short_wait()
+  local fut = T.pool():submit("t", "sleep", tonumber(ngx.var.arg_s) or 0.4)
+  local ok, err = pcall(vmpool.ngx.wait, fut, 0.1)
+  ngx.status = ok and 200 or 504
+  ngx.say(err)
+end
+
+-- bad input comes back as errors; the pool keeps working
+function T.bad()
+  local pool = T.pool()
+  local cases = {
+    function() return pool:co_invoke("no such chunk", "f") end,
+    function() return pool:co_invoke("t", "no_such_function") end,
+    function() return pool:co_invoke("t", "echo", function() end) end,
+    function() return pool:co_invoke("t", "echo", coroutine.create(function() end)) end,
+    function() return pool:co_invoke("t", "spin", "not a number") end,
+    function() return vmpool.ngx.wait("not a future") end,
+  }
+  for i, case in ipairs(cases) do
+    local ok, err = pcall(case)
+    ngx.say(i, " ", ok and "ok" or (tostring(err):gsub("\n.*", "")))
+  end
+  ngx.say("after ", pool:co_invoke("t", "echo", "still works"))
+end
+
+-- an ngx.timer callback that co_invokes (yields) and records the result
+function T.timer()
+  local key = ngx.var.arg_key
+  local ok, err = ngx.timer.at(0, function()
+    local r1 = T.pool():co_invoke("t", "sleep", 0.05)
+    local r2 = T.pool():co_invoke("t", "echo", "timer")
+    ngx.shared.vmpool_test:set(key, tostring(r1) .. " " .. r2)
+  end)
+  ngx.say(ok and "started" or err)
+end
+
+-- co_invoke where nginx cannot yield: returns the error message (one line)
+function T.try(phase)
+  local ok, err = pcall(T.pool().co_invoke, T.pool(), "t", "echo", phase)
+  return ok and "no error" or (tostring(err):gsub("\n", " "))
+end
+
+return T
