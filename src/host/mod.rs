@@ -61,6 +61,11 @@ const NOTIFIER_METHODS: Methods = &[
     ("_bell_accept", notifier_api::bell_accept),
     ("_bell_close", notifier_api::bell_close),
     ("_wake", notifier_api::wake),
+    ("_token", notifier_api::next_token),
+    ("_submit", notifier_api::submit),
+    ("_take", notifier_api::take),
+    ("_done", notifier_api::done),
+    ("_drop", notifier_api::drop_call),
 ];
 const NOTIFIER_META: Methods = &[("__gc", notifier_api::gc)];
 const DRIVER_METHODS: Methods = &[

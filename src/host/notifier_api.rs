@@ -6,14 +6,28 @@
 //! doorbell in two steps: `path = notifier:_bell_listen(dir)`, then, once its socket connected to
 //! `unix:` .. path, `notifier:_bell_accept()`. `notifier:_wake()` rings it unconditionally and
 //! `notifier:_bell_close()` closes this side.
+//!
+//! The OpenResty adapter's own calls skip the future userdata (its allocation and finalizer are
+//! a good part of a call's cost on the event loop): `token, done = notifier:_submit(pool, chunk,
+//! fn, ...)` submits the call and subscribes it under a fresh token; the notifier keeps the call
+//! until `notifier:_take(token)` returns its results (or raises its error) or
+//! `notifier:_drop(token)` gives it up. Unlike `vmpool.run`'s driver, tokens are never reused: a
+//! request that stopped waiting leaves a completion behind that must not wake a newer request.
 
+use std::collections::HashMap;
 use std::ffi::c_int;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::call::{Call, RUNNING};
+use crate::host::call_cache::CallCache;
+use crate::host::pool_api::{push_outcome, PoolHandle};
 use crate::host::userdata::{self, UV_NOTIFIER};
 use crate::lua::{State, TNUMBER};
-use crate::notify::{BellListener, Doorbell, Notifier};
+use crate::notify::{BellListener, Doorbell, Notifier, Subscriber};
+use crate::pool::Pool;
 use crate::Error;
 
 pub struct NotifierHandle {
@@ -22,10 +36,47 @@ pub struct NotifierHandle {
     tokens: Vec<u64>,
     /// Between `_bell_listen` and `_bell_accept`.
     listener: Option<BellListener>,
+    /// Calls submitted by `_submit` and not yet taken or dropped.
+    calls: HashMap<u64, InFlight, BuildHasherDefault<TokenHasher>>,
+    /// Finished call records, for reuse.
+    cache: CallCache,
+    /// Tokens are never reused, so a late completion cannot be mistaken for a newer call's.
+    next_token: u64,
 }
 
 impl userdata::Tagged for NotifierHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0003;
+}
+
+struct InFlight {
+    call: Arc<Call>,
+    pool: Arc<Pool>,
+}
+
+/// Tokens are consecutive integers: one multiplication spreads them well enough.
+#[derive(Default)]
+struct TokenHasher(u64);
+
+impl Hasher for TokenHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+impl NotifierHandle {
+    fn token(&mut self) -> u64 {
+        let t = self.next_token;
+        self.next_token += 1;
+        t
+    }
 }
 
 fn handle<'a>(st: State) -> Result<&'a mut NotifierHandle, Error> {
@@ -42,6 +93,9 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             notifier: Notifier::new(),
             tokens: Vec::new(),
             listener: None,
+            calls: HashMap::default(),
+            cache: CallCache::default(),
+            next_token: 1,
         },
         UV_NOTIFIER,
     );
@@ -140,10 +194,112 @@ fn wake_impl(st: State) -> Result<c_int, Error> {
 }
 
 crate::lua_function!(pub fn pending => pending_impl);
+/// `notifier:pending()`: tokens queued and not drained; calls held for `_take`.
 fn pending_impl(st: State) -> Result<c_int, Error> {
-    let n = handle(st)?.notifier.pending();
-    st.push_number(n as f64);
+    let h = handle(st)?;
+    st.push_number(h.notifier.pending() as f64);
+    st.push_number(h.calls.len() as f64);
+    Ok(2)
+}
+
+crate::lua_function!(pub fn next_token => next_token_impl);
+/// `notifier:_token()`: a token for `fut:_subscribe` that no `_submitter` call will use.
+fn next_token_impl(st: State) -> Result<c_int, Error> {
+    let t = handle(st)?.token();
+    st.push_number(t as f64);
     Ok(1)
+}
+
+crate::lua_function!(pub fn submit => submit_impl);
+/// `notifier:_submit(pool, chunk, fn, ...)` -> token, done. Raises like `pool:invoke` when the
+/// call cannot be submitted; `done` is true when the call finished before it could be subscribed
+/// (its token will not be queued).
+fn submit_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    let pool = userdata::get::<PoolHandle>(st, 2)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument("expected a pool (call it as pool:co_invoke(...))".into())
+        })?;
+    let call = pool.prepare_with(st, 3, "co_invoke", Some(&mut n.cache))?;
+    st.set_top(0);
+    if let Err(e) = pool.pool.submit(call.clone()) {
+        n.cache.put(call);
+        return Err(e);
+    }
+    let token = n.token();
+    let subscribed = call.subscribe(Subscriber::Queue {
+        notifier: n.notifier.clone(),
+        token,
+    });
+    n.calls.insert(
+        token,
+        InFlight {
+            call,
+            pool: pool.pool.clone(),
+        },
+    );
+    st.push_number(token as f64);
+    st.push_bool(!subscribed);
+    Ok(2)
+}
+
+fn token_arg(st: State, idx: c_int) -> Result<u64, Error> {
+    if st.type_of(idx) != TNUMBER {
+        return Err(Error::BadArgument(format!(
+            "expected a call token (number), got {}",
+            st.type_name(idx)
+        )));
+    }
+    Ok(st.to_number(idx) as u64)
+}
+
+crate::lua_function!(pub fn take => take_impl);
+/// `notifier:_take(token)`: the results of a finished call (or its error, raised).
+fn take_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    let token = token_arg(st, 2)?;
+    let entry = n
+        .calls
+        .remove(&token)
+        .ok_or_else(|| Error::Internal(format!("no call with token {token}")))?;
+    if !entry.call.is_done() {
+        n.calls.insert(token, entry);
+        return Err(Error::Internal(format!(
+            "the call with token {token} has not finished"
+        )));
+    }
+    st.set_top(0);
+    let result = push_outcome(st, &entry.call);
+    n.cache.put(entry.call);
+    result
+}
+
+crate::lua_function!(pub fn done => done_impl);
+/// `notifier:_done(token)`: whether the call finished (nil if the notifier does not hold it).
+fn done_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    let token = token_arg(st, 2)?;
+    match n.calls.get(&token) {
+        Some(e) => st.push_bool(e.call.is_done()),
+        None => st.push_nil(),
+    }
+    Ok(1)
+}
+
+crate::lua_function!(pub fn drop_call => drop_impl);
+/// `notifier:_drop(token)`: forgets a call nobody will take; one that has not started is
+/// cancelled, a running one interrupted (pools with a time_limit). Its completion token still
+/// arrives, and finds no waiter.
+fn drop_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    let token = token_arg(st, 2)?;
+    if let Some(e) = n.calls.remove(&token) {
+        if !e.call.is_done() && !e.pool.cancel(&e.call) && e.call.phase() == RUNNING {
+            e.call.interrupt.store(true, Ordering::Relaxed);
+        }
+    }
+    Ok(0)
 }
 
 crate::lua_function!(pub fn gc => gc_impl);

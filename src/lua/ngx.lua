@@ -3,11 +3,11 @@
 -- instead of blocking the worker's event loop, with public ngx_lua APIs only:
 --
 --   request coroutine                       light thread (one per worker: an ngx.timer)
---   fut = pool:submit(...)                  sleeps in sock:receiveany() on a unix-socket cosocket
---   fut:_subscribe(notifier, token)         the native side writes one byte to the other end when
+--   notifier:_submit(pool, chunk, fn, ...)  sleeps in sock:receiveany() on a unix-socket cosocket
+--     (the call, subscribed under token)    the native side writes one byte to the other end when
 --   sem:wait()  -- yields                   the completion queue goes from empty to non-empty
 --                                           tokens = notifier:drain(); sem:post() for each waiter
---   fut:wait()  -- done: returns at once
+--   notifier:_take(token) -- the results
 --
 -- Phases that cannot yield (set, header/body filter, log, balancer) raise an error; init,
 -- init_worker and exit_worker block (plain invoke). Everything here is per worker process: the
@@ -59,18 +59,18 @@ local function worker()
   local pid = worker_pid()
   local w = W
   if w == nil or w.pid ~= pid then
+    local notifier = native._notifier()
     w = {
       pid = pid,
-      notifier = native._notifier(),
+      notifier = notifier,
       waiting = {}, -- token -> semaphore of the request waiting for it
       waiters = 0,
-      next_token = 1,
+      failed = {}, -- token -> why its waiter was woken without a result (the light thread failed)
       free = {}, -- semaphores ready for reuse (count 0, nobody waiting)
       nfree = 0,
       reader = STOPPED,
       exiting = false,
       sentinel = false,
-      failure = nil, -- why the light thread failed (the waiters it woke raise it)
       pools = {}, -- vmpool.ngx.pool(name, ...)
       -- counters of vmpool.ngx.stats()
       waits = 0, wakeups = 0, completions = 0, dropped = 0, timeouts = 0, reader_starts = 0,
@@ -93,6 +93,7 @@ local function dispatch(w, tokens)
         sem:post(1)
       else
         -- nobody waits on it any more: nginx ended the request (client abort, killed thread)
+        w.notifier:_drop(t)
         w.dropped = w.dropped + 1
       end
     else
@@ -105,10 +106,10 @@ end
 
 -- Wakes every waiting request with an error (the light thread cannot run).
 local function fail_waiters(w, why)
-  w.failure = why
   local waiting = w.waiting
   w.waiting, w.waiters = {}, 0
-  for _, sem in pairs(waiting) do
+  for token, sem in pairs(waiting) do
+    w.failed[token] = why
     sem:post(1)
   end
 end
@@ -116,6 +117,9 @@ end
 local reader_main, arm_sentinel
 
 local function start_reader(w)
+  if w.reader ~= STOPPED then
+    return true
+  end
   if w.exiting or worker_exiting() then
     return nil, "exiting"
   end
@@ -164,7 +168,6 @@ reader_main = function(premature, w, path)
     return
   end
   w.reader = RUNNING
-  w.failure = nil
   arm_sentinel(w)
   dispatch(w, notifier:drain())
   local broken
@@ -227,34 +230,26 @@ arm_sentinel = function(w)
   end
 end
 
-local function phase_error(what, phase)
-  return fmt("vmpool: %s cannot wait in nginx's %s phase, which cannot yield; call it from "
-    .. "rewrite_by_lua, access_by_lua, content_by_lua or an ngx.timer (or use pool:invoke to block "
-    .. "the worker on purpose)", what, tostring(phase))
+-- The light thread is needed before a request can wait. True once it runs or starts; false while
+-- the worker exits (its light thread is gone for good: callers finish the plain, blocking way).
+local function ensure_reader(w)
+  if not have_semaphore then
+    error("vmpool: ngx.semaphore (lua-resty-core) cannot be loaded: " .. tostring(semaphore)
+      .. " (add its directory, e.g. /usr/share/lua/5.1/?.lua, to lua_package_path)", 0)
+  end
+  local ok, err = start_reader(w)
+  if ok then
+    return true
+  elseif err == "exiting" then
+    return false
+  end
+  error(err, 0)
 end
 
--- Yields the running request until fut is done; returns its results (or raises its error).
-local function await(fut, timeout)
-  local w = W
-  if w == nil or w.pid ~= worker_pid() then
-    w = worker()
-  end
-  if w.reader == STOPPED then
-    local ok, err = start_reader(w)
-    if not ok then
-      if err == "exiting" then
-        -- the worker is shutting down and its light thread is gone: finish this call the plain way
-        return fut:wait()
-      end
-      fut:cancel()
-      error(err, 0)
-    end
-  end
-  local token = w.next_token
-  w.next_token = token + 1
-  if not fut:_subscribe(w.notifier, token) then
-    return fut:wait() -- already finished
-  end
+-- Yields until the light thread posts token's semaphore. Returns nil when it did; otherwise why
+-- the wait ended: the light thread's failure (a string), or false and the semaphore's error
+-- ("timeout"). Either way the token no longer has a waiter.
+local function sleep_on(w, token, timeout)
   local sem
   local n = w.nfree
   if n > 0 then
@@ -267,50 +262,63 @@ local function await(fut, timeout)
   w.waiting[token] = sem
   w.waiters = w.waiters + 1
   w.waits = w.waits + 1
-  timeout = timeout or config.wait_timeout
   local ok, err = sem:wait(timeout)
   if ok then
-    if fut:ready() then
+    local why = w.failed[token]
+    if why == nil then
       n = w.nfree
       if n < MAX_FREE_SEMAPHORES then
         w.free[n + 1] = sem
         w.nfree = n + 1
       end
-      return fut:wait()
+      return nil
     end
-    fut:cancel()
-    error(w.failure or "vmpool: internal error (please report it): woken before the call finished", 0)
+    w.failed[token] = nil
+    return why
   end
   if w.waiting[token] == sem then
     w.waiting[token] = nil
     w.waiters = w.waiters - 1
   end
-  if fut:ready() then
-    return fut:wait() -- finished, but the light thread had not got to it yet
-  end
-  -- its completion, when it comes, finds no waiter and is dropped
-  fut:cancel()
+  return false, err
+end
+
+local function gave_up(w, timeout, err)
   w.timeouts = w.timeouts + 1
-  error(fmt("vmpool: gave up after %gs waiting for the call to finish (%s; it was cancelled if it had "
+  return fmt("vmpool: gave up after %gs waiting for the call to finish (%s; it was cancelled if it had "
     .. "not started); raise vmpool.ngx.configure{wait_timeout = seconds} or make the call shorter",
-    timeout, tostring(err)), 0)
+    timeout, tostring(err))
 end
 
-local function check_semaphore()
-  if not have_semaphore then
-    error("vmpool: ngx.semaphore (lua-resty-core) cannot be loaded: " .. tostring(semaphore)
-      .. " (add its directory, e.g. /usr/share/lua/5.1/?.lua, to lua_package_path)", 0)
-  end
+local function phase_error(what, phase)
+  return fmt("vmpool: %s cannot wait in nginx's %s phase, which cannot yield; call it from "
+    .. "rewrite_by_lua, access_by_lua, content_by_lua or an ngx.timer (or use pool:invoke to block "
+    .. "the worker on purpose)", what, tostring(phase))
 end
 
---- pool:co_invoke(chunk, fn, ...) inside OpenResty (see vmpool.lua's dispatch).
+--- pool:co_invoke(chunk, fn, ...) inside OpenResty (see vmpool.lua's dispatch). The hot path: one
+--- native call submits and subscribes, one takes the results; no future object is made.
 function M._host_co_invoke(pool, chunk, fn, ...)
   local phase = get_phase()
   if YIELDS[phase] then
-    if not have_semaphore then
-      check_semaphore()
+    local w = W
+    if w == nil or w.pid ~= worker_pid() then
+      w = worker()
     end
-    return await(pool:submit(chunk, fn, ...), nil)
+    if w.reader == STOPPED and not ensure_reader(w) then
+      return pool:invoke(chunk, fn, ...)
+    end
+    local notifier = w.notifier
+    local token, done = notifier:_submit(pool, chunk, fn, ...)
+    if not done then
+      local timeout = config.wait_timeout
+      local why, err = sleep_on(w, token, timeout)
+      if why ~= nil and not (why == false and notifier:_done(token)) then
+        notifier:_drop(token) -- its completion, when it comes, finds no waiter and is dropped
+        error(why or gave_up(w, timeout, err), 0)
+      end
+    end
+    return notifier:_take(token)
   elseif BLOCKS[phase] then
     return pool:invoke(chunk, fn, ...)
   end
@@ -330,13 +338,27 @@ function A.wait(fut, timeout)
       .. tostring(timeout), 0)
   end
   local phase = get_phase()
-  if YIELDS[phase] then
-    check_semaphore()
-    return await(fut, timeout)
-  elseif BLOCKS[phase] then
+  if BLOCKS[phase] then
+    return fut:wait(timeout)
+  elseif not YIELDS[phase] then
+    error(phase_error("vmpool.ngx.wait", phase), 0)
+  end
+  local w = worker()
+  if w.reader == STOPPED and not ensure_reader(w) then
     return fut:wait(timeout)
   end
-  error(phase_error("vmpool.ngx.wait", phase), 0)
+  local notifier = w.notifier
+  local token = notifier:_token()
+  if not fut:_subscribe(notifier, token) then
+    return fut:wait() -- already finished
+  end
+  timeout = timeout or config.wait_timeout
+  local why, err = sleep_on(w, token, timeout)
+  if why == nil or (why == false and fut:ready()) then
+    return fut:wait()
+  end
+  fut:cancel()
+  error(why or gave_up(w, timeout, err), 0)
 end
 
 --- vmpool.ngx.configure{socket_dir =, wait_timeout =, idle_timeout =}: settings for this worker
@@ -399,14 +421,7 @@ end
 --- vmpool.ngx.init_worker(): starts the light thread now instead of at the first wait (optional;
 --- call it in init_worker_by_lua).
 function A.init_worker()
-  check_semaphore()
-  local w = worker()
-  if w.reader == STOPPED then
-    local ok, err = start_reader(w)
-    if not ok and err ~= "exiting" then
-      error(err, 0)
-    end
-  end
+  ensure_reader(worker())
 end
 
 --- vmpool.ngx.exit_worker(): closes this worker's pools made by vmpool.ngx.pool and the native end
@@ -428,6 +443,7 @@ end
 --- vmpool.ngx.stats(): this worker's adapter state and counters.
 function A.stats()
   local w = worker()
+  local queued, held = w.notifier:pending()
   return {
     pid = w.pid,
     reader = w.reader,
@@ -439,7 +455,8 @@ function A.stats()
     dropped = w.dropped,
     timeouts = w.timeouts,
     reader_starts = w.reader_starts,
-    queued = w.notifier:pending(),
+    queued = queued,
+    held = held,
     free_semaphores = w.nfree,
   }
 end
