@@ -89,6 +89,27 @@ function T.bad()
   ngx.say("after ", pool:co_invoke("t", "echo", "still works"))
 end
 
+-- two calls of one request (two ngx.threads) in one turn of the event loop, on a pool that refuses
+-- to queue: one runs, the other gets the pool's error
+function T.exhausted()
+  local pool = vmpool.ngx.pool("strict", function()
+    local p = vmpool.new { core = 1, max_noncore = 0, blocking = false }
+    p:compile("t", CHILD)
+    return p
+  end)
+  local threads = {}
+  for i = 1, 2 do
+    threads[i] = ngx.thread.spawn(function()
+      local ok, r = pcall(pool.co_invoke, pool, "t", "sleep", 0.05)
+      return ok and ("ok " .. r) or r
+    end)
+  end
+  for i = 1, 2 do
+    local _, r = ngx.thread.wait(threads[i])
+    ngx.say(r)
+  end
+end
+
 -- an ngx.timer callback that co_invokes (yields) and records the result
 function T.timer()
   local key = ngx.var.arg_key

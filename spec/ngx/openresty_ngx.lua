@@ -143,6 +143,20 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     assert.are.equal("after still works", lines[7])
   end)
 
+  it("delivers a pool's refusal of a call to the request that made it", function()
+    local status, body = H.get(tport, "/exhausted")
+    assert.are.equal(200, status)
+    local ok, refused = 0, 0
+    for line in body:gmatch("[^\n]+") do
+      if line == "ok 0.05" then
+        ok = ok + 1
+      elseif line:match("^vmpool: pool exhausted: all 1 states are busy and blocking = false") then
+        refused = refused + 1
+      end
+    end
+    assert.are.same({ 1, 1 }, { ok, refused }, body)
+  end)
+
   it("keeps the event loop free while a call spins on every state", function()
     -- both states of the test pool spin for 300 ms; the worker must still answer at once
     local spinners = { H.send(tport, "/spin?s=0.3"), H.send(tport, "/spin?s=0.3") }
@@ -263,6 +277,21 @@ http {
   server {
     listen 127.0.0.1:@PORT@;
     location = /in_master { content_by_lua_block { ngx.say(in_master) } }
+    location = /socket_dir {
+      content_by_lua_block {
+        local vmpool = require "vmpool"
+        local pool = vmpool.ngx.pool("p", function()
+          local p = vmpool.new { core = 1 }
+          p:compile("c", "function f() return 7 end")
+          return p
+        end)
+        vmpool.ngx.configure { socket_dir = "/nonexistent/vmpool" }
+        local ok, err = pcall(pool.co_invoke, pool, "c", "f")
+        ngx.say(ok and "no error" or err)
+        vmpool.ngx.configure { socket_dir = "/tmp" }
+        ngx.say(pool:co_invoke("c", "f"))
+      }
+    }
     location = /ngx_pool { content_by_lua_block { ngx.say(ngx_pool_in_master) } }
     location = /co_invoke {
       content_by_lua_block {
@@ -292,6 +321,16 @@ http {
       nginx:stop()
       nginx:remove()
     end
+  end)
+
+  it("says when the light thread cannot make its socket, and recovers once it can", function()
+    -- nothing in this instance has waited yet: the light thread starts on this request
+    local status, body = H.get(tport, "/socket_dir")
+    assert.are.equal(200, status)
+    local first, second = body:match("^([^\n]*)\n([^\n]*)\n$")
+    assert.matches("^vmpool: cannot create the doorbell socket in '/nonexistent/vmpool': ", first)
+    assert.matches("set vmpool.ngx.configure{socket_dir = ...}", first, 1, true)
+    assert.are.equal("7", second)
   end)
 
   it("works in the master and fails at once in a worker with the fork error", function()

@@ -63,6 +63,8 @@ const NOTIFIER_METHODS: Methods = &[
     ("_wake", notifier_api::wake),
     ("_token", notifier_api::next_token),
     ("_submit", notifier_api::submit),
+    ("_defer", notifier_api::defer),
+    ("_flush", notifier_api::flush),
     ("_take", notifier_api::take),
     ("_done", notifier_api::done),
     ("_drop", notifier_api::drop_call),

@@ -8,11 +8,16 @@
 //! `notifier:_bell_close()` closes this side.
 //!
 //! The OpenResty adapter's own calls skip the future userdata (its allocation and finalizer are
-//! a good part of a call's cost on the event loop): `token, done = notifier:_submit(pool, chunk,
-//! fn, ...)` submits the call and subscribes it under a fresh token; the notifier keeps the call
-//! until `notifier:_take(token)` returns its results (or raises its error) or
-//! `notifier:_drop(token)` gives it up. Unlike `vmpool.run`'s driver, tokens are never reused: a
-//! request that stopped waiting leaves a completion behind that must not wake a newer request.
+//! a good part of a call's cost on the event loop): `token = notifier:_submit(pool, chunk, fn,
+//! ...)` submits the call and subscribes it under a fresh token, whose completion always comes
+//! back through the queue; the notifier keeps the call until `notifier:_take(token)` returns its
+//! results (or raises its error) or `notifier:_drop(token)` gives it up. Unlike `vmpool.run`'s
+//! driver, tokens are never reused: a request that stopped waiting leaves a completion behind
+//! that must not wake a newer request.
+//!
+//! `token, first = notifier:_defer(pool, chunk, fn, ...)` prepares the call but only queues it in
+//! an outbox that `notifier:_flush()` submits: the adapter flushes once per turn of nginx's event
+//! loop, so the requests of one turn wake a sleeping pool worker once, not once each.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -21,7 +26,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::call::{Call, RUNNING};
+use crate::call::{Call, Outcome, RUNNING};
 use crate::host::call_cache::CallCache;
 use crate::host::pool_api::{push_outcome, PoolHandle};
 use crate::host::userdata::{self, UV_NOTIFIER};
@@ -40,6 +45,8 @@ pub struct NotifierHandle {
     calls: HashMap<u64, InFlight, BuildHasherDefault<TokenHasher>>,
     /// Finished call records, for reuse.
     cache: CallCache,
+    /// Tokens of deferred calls, in order, until `_flush`.
+    outbox: Vec<u64>,
     /// Tokens are never reused, so a late completion cannot be mistaken for a newer call's.
     next_token: u64,
 }
@@ -51,6 +58,8 @@ impl userdata::Tagged for NotifierHandle {
 struct InFlight {
     call: Arc<Call>,
     pool: Arc<Pool>,
+    /// In the outbox (`_defer`), not yet handed to the pool.
+    deferred: bool,
 }
 
 /// Tokens are consecutive integers: one multiplication spreads them well enough.
@@ -95,6 +104,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             listener: None,
             calls: HashMap::default(),
             cache: CallCache::default(),
+            outbox: Vec::new(),
             next_token: 1,
         },
         UV_NOTIFIER,
@@ -194,12 +204,13 @@ fn wake_impl(st: State) -> Result<c_int, Error> {
 }
 
 crate::lua_function!(pub fn pending => pending_impl);
-/// `notifier:pending()`: tokens queued and not drained; calls held for `_take`.
+/// `notifier:pending()`: tokens queued and not drained; calls held for `_take`; calls deferred.
 fn pending_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     st.push_number(h.notifier.pending() as f64);
     st.push_number(h.calls.len() as f64);
-    Ok(2)
+    st.push_number(h.outbox.len() as f64);
+    Ok(3)
 }
 
 crate::lua_function!(pub fn next_token => next_token_impl);
@@ -210,12 +221,8 @@ fn next_token_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-crate::lua_function!(pub fn submit => submit_impl);
-/// `notifier:_submit(pool, chunk, fn, ...)` -> token, done. Raises like `pool:invoke` when the
-/// call cannot be submitted; `done` is true when the call finished before it could be subscribed
-/// (its token will not be queued).
-fn submit_impl(st: State) -> Result<c_int, Error> {
-    let n = handle(st)?;
+/// Builds the call of `notifier:METHOD(pool, chunk, fn, ...)` and files it under a new token.
+fn prepare(st: State, n: &mut NotifierHandle, deferred: bool) -> Result<u64, Error> {
     let pool = userdata::get::<PoolHandle>(st, 2)
         .and_then(|b| b.get())
         .ok_or_else(|| {
@@ -223,25 +230,86 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
         })?;
     let call = pool.prepare_with(st, 3, "co_invoke", Some(&mut n.cache))?;
     st.set_top(0);
-    if let Err(e) = pool.pool.submit(call.clone()) {
-        n.cache.put(call);
-        return Err(e);
-    }
     let token = n.token();
-    let subscribed = call.subscribe(Subscriber::Queue {
-        notifier: n.notifier.clone(),
-        token,
-    });
     n.calls.insert(
         token,
         InFlight {
             call,
             pool: pool.pool.clone(),
+            deferred,
         },
     );
+    Ok(token)
+}
+
+/// Hands a filed call to its pool. Whatever happens, its token comes back through the queue:
+/// when it finishes, at once if it finished before it could be subscribed, or with the error if
+/// the pool refused it.
+fn start(notifier: &Arc<Notifier>, token: u64, e: &mut InFlight) -> Result<(), Error> {
+    e.deferred = false;
+    e.pool.submit(e.call.clone())?;
+    let subscriber = Subscriber::Queue {
+        notifier: notifier.clone(),
+        token,
+    };
+    if !e.call.subscribe(subscriber) {
+        notifier.push(token);
+    }
+    Ok(())
+}
+
+crate::lua_function!(pub fn submit => submit_impl);
+/// `notifier:_submit(pool, chunk, fn, ...)` -> token. Raises like `pool:invoke` when the pool
+/// refuses the call.
+fn submit_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    let token = prepare(st, n, false)?;
+    let started = match n.calls.get_mut(&token) {
+        Some(e) => start(&n.notifier, token, e),
+        None => Err(Error::Internal("a filed call vanished".into())),
+    };
+    if let Err(err) = started {
+        if let Some(e) = n.calls.remove(&token) {
+            n.cache.put(e.call);
+        }
+        return Err(err);
+    }
     st.push_number(token as f64);
-    st.push_bool(!subscribed);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn defer => defer_impl);
+/// `notifier:_defer(pool, chunk, fn, ...)` -> token, first: the call waits in the outbox for
+/// `_flush`; `first` says the outbox was empty (the caller arranges a flush).
+fn defer_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    let token = prepare(st, n, true)?;
+    n.outbox.push(token);
+    st.push_number(token as f64);
+    st.push_bool(n.outbox.len() == 1);
     Ok(2)
+}
+
+crate::lua_function!(pub fn flush => flush_impl);
+/// `notifier:_flush()` -> n: submits the deferred calls (a refused one finishes with the error).
+fn flush_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    let mut outbox = std::mem::take(&mut n.outbox);
+    let mut count = 0;
+    for &token in &outbox {
+        // dropped calls are gone from `calls`
+        if let Some(e) = n.calls.get_mut(&token) {
+            count += 1;
+            if let Err(err) = start(&n.notifier, token, e) {
+                e.call.finish(Outcome::Err(err));
+                n.notifier.push(token);
+            }
+        }
+    }
+    outbox.clear();
+    n.outbox = outbox;
+    st.push_number(count as f64);
+    Ok(1)
 }
 
 fn token_arg(st: State, idx: c_int) -> Result<u64, Error> {
@@ -295,7 +363,9 @@ fn drop_impl(st: State) -> Result<c_int, Error> {
     let n = handle(st)?;
     let token = token_arg(st, 2)?;
     if let Some(e) = n.calls.remove(&token) {
-        if !e.call.is_done() && !e.pool.cancel(&e.call) && e.call.phase() == RUNNING {
+        if e.deferred {
+            n.cache.put(e.call); // never submitted
+        } else if !e.call.is_done() && !e.pool.cancel(&e.call) && e.call.phase() == RUNNING {
             e.call.interrupt.store(true, Ordering::Relaxed);
         }
     }

@@ -18,6 +18,7 @@ local M, native = ...
 
 local ngx = ngx
 local get_phase, timer_at, tcp = ngx.get_phase, ngx.timer.at, ngx.socket.tcp
+local spawn_thread, wait_thread = ngx.thread.spawn, ngx.thread.wait
 local worker_pid, worker_exiting = ngx.worker.pid, ngx.worker.exiting
 local ngx_log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
 local error, pcall, tostring, type, pairs, getmetatable = error, pcall, tostring, type, pairs, getmetatable
@@ -44,6 +45,10 @@ local config = {
   -- how long the light thread's read may sleep before it looks around (seconds); worker exit wakes
   -- it at once, so this only bounds an idle worker's wake-ups
   idle_timeout = 300,
+  -- hand the calls of one turn of the event loop to the pool together, at the end of the turn (a
+  -- sleeping pool worker is then woken once per turn rather than once per request); false submits
+  -- each call at once
+  batch = true,
 }
 
 -- the exit watch: a pending ngx.timer fires early ("premature") when the worker starts to exit
@@ -69,6 +74,9 @@ local function worker()
       free = {}, -- semaphores ready for reuse (count 0, nobody waiting)
       nfree = 0,
       reader = STOPPED,
+      flush_sem = have_semaphore and semaphore.new() or nil, -- posted when the outbox fills
+      stop_flusher = false,
+      flushes = 0,
       exiting = false,
       sentinel = false,
       pools = {}, -- vmpool.ngx.pool(name, ...)
@@ -110,11 +118,27 @@ local function fail_waiters(w, why)
   w.waiting, w.waiters = {}, 0
   for token, sem in pairs(waiting) do
     w.failed[token] = why
+    w.notifier:_drop(token)
     sem:post(1)
   end
 end
 
 local reader_main, arm_sentinel
+
+-- The light thread's companion (an ngx.thread of the same timer): requests defer their calls to
+-- the native outbox and the first of a turn posts flush_sem; nginx resumes this thread after the
+-- turn's events, and it submits them all at once.
+local function flusher(w)
+  local sem, notifier = w.flush_sem, w.notifier
+  while not w.stop_flusher do
+    local ok = sem:wait(config.idle_timeout)
+    if ok then
+      notifier:_flush()
+      w.flushes = w.flushes + 1
+    end
+  end
+  notifier:_flush() -- nothing should be left; if something is, it still runs
+end
 
 local function start_reader(w)
   if w.reader ~= STOPPED then
@@ -168,6 +192,17 @@ reader_main = function(premature, w, path)
     return
   end
   w.reader = RUNNING
+  w.stop_flusher = false
+  local flush_thread, spawn_err = spawn_thread(flusher, w)
+  if not flush_thread then
+    sock:close()
+    notifier:_bell_close()
+    w.reader = STOPPED
+    local why = "vmpool: cannot start the light thread's flusher: " .. tostring(spawn_err)
+    ngx_log(ERR, why)
+    fail_waiters(w, why)
+    return
+  end
   arm_sentinel(w)
   dispatch(w, notifier:drain())
   local broken
@@ -186,6 +221,9 @@ reader_main = function(premature, w, path)
   end
   sock:close()
   notifier:_bell_close()
+  w.stop_flusher = true
+  w.flush_sem:post(1)
+  wait_thread(flush_thread)
   w.reader = STOPPED
   if broken then
     dispatch(w, notifier:drain())
@@ -309,14 +347,21 @@ function M._host_co_invoke(pool, chunk, fn, ...)
       return pool:invoke(chunk, fn, ...)
     end
     local notifier = w.notifier
-    local token, done = notifier:_submit(pool, chunk, fn, ...)
-    if not done then
-      local timeout = config.wait_timeout
-      local why, err = sleep_on(w, token, timeout)
-      if why ~= nil and not (why == false and notifier:_done(token)) then
-        notifier:_drop(token) -- its completion, when it comes, finds no waiter and is dropped
-        error(why or gave_up(w, timeout, err), 0)
+    local token
+    if config.batch then
+      local first
+      token, first = notifier:_defer(pool, chunk, fn, ...)
+      if first then
+        w.flush_sem:post(1)
       end
+    else
+      token = notifier:_submit(pool, chunk, fn, ...)
+    end
+    local timeout = config.wait_timeout
+    local why, err = sleep_on(w, token, timeout)
+    if why ~= nil and not (why == false and notifier:_done(token)) then
+      notifier:_drop(token) -- its completion, when it comes, finds no waiter and is dropped
+      error(why or gave_up(w, timeout, err), 0)
     end
     return notifier:_take(token)
   elseif BLOCKS[phase] then
@@ -361,8 +406,8 @@ function A.wait(fut, timeout)
   error(why or gave_up(w, timeout, err), 0)
 end
 
---- vmpool.ngx.configure{socket_dir =, wait_timeout =, idle_timeout =}: settings for this worker
---- process (call it in init_by_lua or init_worker_by_lua).
+--- vmpool.ngx.configure{socket_dir =, wait_timeout =, idle_timeout =, batch =}: settings for this
+--- worker process (call it in init_by_lua or init_worker_by_lua).
 function A.configure(opts)
   if type(opts) ~= "table" then
     error("vmpool: bad argument #1 to 'vmpool.ngx.configure': expected a table, got " .. type(opts), 0)
@@ -372,6 +417,10 @@ function A.configure(opts)
       if type(v) ~= "string" or v == "" then
         error("vmpool: vmpool.ngx.configure: socket_dir must be a directory path (string)", 0)
       end
+    elseif k == "batch" then
+      if type(v) ~= "boolean" then
+        error("vmpool: vmpool.ngx.configure: batch must be true or false, got " .. tostring(v), 0)
+      end
     elseif k == "wait_timeout" or k == "idle_timeout" then
       if type(v) ~= "number" or v ~= v or v <= 0 or v > 2000000 then
         error(fmt("vmpool: vmpool.ngx.configure: %s must be a number of seconds in (0, 2000000], got %s",
@@ -379,7 +428,7 @@ function A.configure(opts)
       end
     else
       error(fmt("vmpool: vmpool.ngx.configure: unknown option '%s' (known: socket_dir, wait_timeout, "
-        .. "idle_timeout)", tostring(k)), 0)
+        .. "idle_timeout, batch)", tostring(k)), 0)
     end
   end
   for k, v in pairs(opts) do
@@ -443,7 +492,7 @@ end
 --- vmpool.ngx.stats(): this worker's adapter state and counters.
 function A.stats()
   local w = worker()
-  local queued, held = w.notifier:pending()
+  local queued, held, deferred = w.notifier:pending()
   return {
     pid = w.pid,
     reader = w.reader,
@@ -457,6 +506,8 @@ function A.stats()
     reader_starts = w.reader_starts,
     queued = queued,
     held = held,
+    deferred = deferred,
+    flushes = w.flushes,
     free_semaphores = w.nfree,
   }
 end
