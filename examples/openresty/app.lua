@@ -58,6 +58,24 @@ function app.fib()
   ngx.say(pool():co_invoke("app", "fib", n))
 end
 
+-- GET /fanout?n=4: several calls at once (pool:submit gives futures), then the results in order
+-- (vmpool.ngx.wait yields the request like co_invoke)
+function app.fanout()
+  local n = tonumber(ngx.var.arg_n) or 4
+  if n < 1 or n > 16 then
+    ngx.status = 400
+    ngx.say("n must be in 1..16")
+    return
+  end
+  local p, futures = pool(), {}
+  for i = 1, n do
+    futures[i] = p:submit("app", "fib", 20 + i)
+  end
+  for i = 1, n do
+    ngx.say(vmpool.ngx.wait(futures[i]))
+  end
+end
+
 -- GET /fail: a call's error comes back as a plain string starting with "vmpool:"
 function app.fail()
   local ok, err = pcall(pool().co_invoke, pool(), "app", "fail", "something went wrong")

@@ -78,6 +78,10 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     assert.are.equal(200, status)
     assert.are.equal("6765\n", body)
 
+    status, body = H.get(port, "/fanout?n=3")
+    assert.are.equal(200, status)
+    assert.are.equal("10946\n17711\n28657\n", body)
+
     status, body = H.get(port, "/fail")
     assert.are.equal(500, status)
     assert.matches("^vmpool: error in app:fail: ", body)

@@ -42,8 +42,9 @@ local config = {
   socket_dir = "/tmp",
   -- how long a request waits for its call (seconds) before giving up and cancelling it
   wait_timeout = 60,
-  -- how long the light thread's read may sleep before it looks around (seconds); worker exit wakes
-  -- it at once, so this only bounds an idle worker's wake-ups
+  -- how long the light thread's read may sleep before it looks around (seconds) when the exit
+  -- watch could not be armed (lua_max_pending_timers reached): it bounds how long an exiting
+  -- worker may wait for it
   idle_timeout = 300,
   -- hand the calls of one turn of the event loop to the pool together, at the end of the turn (a
   -- sleeping pool worker is then woken once per turn rather than once per request); false submits
@@ -53,6 +54,9 @@ local config = {
 
 -- the exit watch: a pending ngx.timer fires early ("premature") when the worker starts to exit
 local SENTINEL_DELAY = 86400
+-- the light thread's read timeout while the exit watch is armed (a timed-out read logs an error
+-- line unless lua_socket_log_errors is off: once a day per idle worker at most)
+local WATCHED_READ_TIMEOUT_MS = 86400 * 1000
 local RING_BYTES = 256
 local MAX_FREE_SEMAPHORES = 4096
 
@@ -74,8 +78,7 @@ local function worker()
       free = {}, -- semaphores ready for reuse (count 0, nobody waiting)
       nfree = 0,
       reader = STOPPED,
-      flush_sem = have_semaphore and semaphore.new() or nil, -- posted when the outbox fills
-      stop_flusher = false,
+      flush_sem = have_semaphore and semaphore.new() or nil, -- the flusher's; posted when the outbox fills
       flushes = 0,
       exiting = false,
       sentinel = false,
@@ -126,18 +129,18 @@ end
 local reader_main, arm_sentinel
 
 -- The light thread's companion (an ngx.thread of the same timer): requests defer their calls to
--- the native outbox and the first of a turn posts flush_sem; nginx resumes this thread after the
+-- the native outbox and the first of a turn posts w.flush_sem; nginx resumes this thread after the
 -- turn's events, and it submits them all at once.
-local function flusher(w)
-  local sem, notifier = w.flush_sem, w.notifier
-  while not w.stop_flusher do
-    local ok = sem:wait(config.idle_timeout)
+local function flusher(w, ctl)
+  local notifier = w.notifier
+  while not ctl.stop do
+    local ok = ctl.sem:wait(SENTINEL_DELAY)
     if ok then
       notifier:_flush()
       w.flushes = w.flushes + 1
     end
   end
-  notifier:_flush() -- nothing should be left; if something is, it still runs
+  notifier:_flush() -- calls deferred while the light thread stopped still go
 end
 
 local function start_reader(w)
@@ -192,8 +195,13 @@ reader_main = function(premature, w, path)
     return
   end
   w.reader = RUNNING
-  w.stop_flusher = false
-  local flush_thread, spawn_err = spawn_thread(flusher, w)
+  arm_sentinel(w)
+  if w.sentinel then
+    -- worker exit wakes the light thread through the exit watch: no need to look around often
+    sock:settimeouts(5000, 5000, WATCHED_READ_TIMEOUT_MS)
+  end
+  local ctl = { sem = w.flush_sem, stop = false }
+  local flush_thread, spawn_err = spawn_thread(flusher, w, ctl)
   if not flush_thread then
     sock:close()
     notifier:_bell_close()
@@ -203,7 +211,6 @@ reader_main = function(premature, w, path)
     fail_waiters(w, why)
     return
   end
-  arm_sentinel(w)
   dispatch(w, notifier:drain())
   local broken
   while true do
@@ -221,10 +228,12 @@ reader_main = function(premature, w, path)
   end
   sock:close()
   notifier:_bell_close()
-  w.stop_flusher = true
-  w.flush_sem:post(1)
-  wait_thread(flush_thread)
+  -- from here on a request starts a new light thread (unless the worker exits), with a new flusher
   w.reader = STOPPED
+  w.flush_sem = semaphore.new()
+  ctl.stop = true
+  ctl.sem:post(1)
+  wait_thread(flush_thread)
   if broken then
     dispatch(w, notifier:drain())
     if w.waiters > 0 then
