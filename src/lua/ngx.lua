@@ -19,7 +19,7 @@ local M, native = ...
 local ngx = ngx
 local get_phase, timer_at, tcp = ngx.get_phase, ngx.timer.at, ngx.socket.tcp
 local spawn_thread, wait_thread = ngx.thread.spawn, ngx.thread.wait
-local worker_pid, worker_exiting = ngx.worker.pid, ngx.worker.exiting
+local worker_pid, worker_exiting, now = ngx.worker.pid, ngx.worker.exiting, ngx.now
 local ngx_log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
 local error, pcall, tostring, type, pairs, getmetatable = error, pcall, tostring, type, pairs, getmetatable
 local fmt = string.format
@@ -61,6 +61,8 @@ local RING_BYTES = 256
 local MAX_FREE_SEMAPHORES = 4096
 
 local STOPPED, STARTING, RUNNING = "stopped", "starting", "running"
+-- a light thread still "starting" after this many seconds lost its timer
+local START_GRACE = 5
 
 local W -- this worker's state, see worker()
 
@@ -78,6 +80,8 @@ local function worker()
       free = {}, -- semaphores ready for reuse (count 0, nobody waiting)
       nfree = 0,
       reader = STOPPED,
+      reader_gen = 0, -- which start of the light thread is the current one
+      reader_since = 0,
       flush_sem = have_semaphore and semaphore.new() or nil, -- the flusher's; posted when the outbox fills
       flushes = 0,
       exiting = false,
@@ -155,7 +159,8 @@ local function start_reader(w)
   if not ok then
     return nil, path
   end
-  local started, err = timer_at(0, reader_main, w, path)
+  w.reader_gen = w.reader_gen + 1
+  local started, err = timer_at(0, reader_main, w, path, w.reader_gen)
   if not started then
     notifier:_bell_close()
     if err == "process exiting" then
@@ -165,19 +170,19 @@ local function start_reader(w)
       .. "(raise lua_max_pending_timers or lua_max_running_timers)", tostring(err))
   end
   w.reader = STARTING
+  w.reader_since = now()
   w.reader_starts = w.reader_starts + 1
   return true
 end
 
-reader_main = function(premature, w, path)
+reader_main = function(premature, w, path, gen)
+  if W ~= w or gen ~= w.reader_gen then
+    return -- given up for lost (see ensure_reader): a newer light thread owns the doorbell
+  end
   if premature then
     w.exiting = true -- still serve the requests already waiting
   end
   local notifier = w.notifier
-  if W ~= w then
-    notifier:_bell_close()
-    return
-  end
   local sock = tcp()
   sock:settimeouts(5000, 5000, config.idle_timeout * 1000)
   local ok, err = sock:connect("unix:" .. path)
@@ -280,6 +285,13 @@ end
 -- The light thread is needed before a request can wait. True once it runs or starts; false while
 -- the worker exits (its light thread is gone for good: callers finish the plain, blocking way).
 local function ensure_reader(w)
+  if w.reader == STARTING and now() - w.reader_since > START_GRACE then
+    -- its timer never ran (nginx drops timers past lua_max_running_timers): start another
+    ngx_log(ERR, "vmpool: the light thread did not start within ", START_GRACE, " s (is lua_max_running_timers ",
+      "reached?); starting it again")
+    w.notifier:_bell_close()
+    w.reader = STOPPED
+  end
   if not have_semaphore then
     error("vmpool: ngx.semaphore (lua-resty-core) cannot be loaded: " .. tostring(semaphore)
       .. " (add its directory, e.g. /usr/share/lua/5.1/?.lua, to lua_package_path)", 0)
@@ -352,7 +364,7 @@ function M._host_co_invoke(pool, chunk, fn, ...)
     if w == nil or w.pid ~= worker_pid() then
       w = worker()
     end
-    if w.reader == STOPPED and not ensure_reader(w) then
+    if w.reader ~= RUNNING and not ensure_reader(w) then
       return pool:invoke(chunk, fn, ...)
     end
     local notifier = w.notifier
@@ -398,7 +410,7 @@ function A.wait(fut, timeout)
     error(phase_error("vmpool.ngx.wait", phase), 0)
   end
   local w = worker()
-  if w.reader == STOPPED and not ensure_reader(w) then
+  if w.reader ~= RUNNING and not ensure_reader(w) then
     return fut:wait(timeout)
   end
   local notifier = w.notifier
