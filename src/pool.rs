@@ -263,6 +263,14 @@ impl Pool {
     /// Reserves a state for `call` (or queues or refuses it). On `Ok` the call will end with
     /// exactly one outcome, delivered through [`Call::finish`].
     pub fn submit(self: &Arc<Pool>, call: Arc<Call>) -> Result<(), Error> {
+        self.submit_later(call).map(drop)
+    }
+
+    /// Like [`Pool::submit`], but a call that got an idle state comes back as a [`Posting`] that
+    /// wakes the state's worker when dropped. Submitting several calls, keep the postings until
+    /// all are filed: a worker woken by the first call would otherwise run it and go back to
+    /// sleep (often on the submitter's CPU, preempting it) before the next one is queued.
+    pub fn submit_later(self: &Arc<Pool>, call: Arc<Call>) -> Result<Option<Posting>, Error> {
         let mut g = self.inner.lock();
         if g.closed {
             return Err(Error::Closed);
@@ -276,8 +284,10 @@ impl Pool {
             g.busy += 1;
             drop(g);
             call.set_phase(ASSIGNED);
-            mailbox.post(call);
-            return Ok(());
+            return Ok(Some(Posting {
+                mailbox,
+                call: Some(call),
+            }));
         }
         if g.live_noncore < self.config.max_noncore {
             g.live_noncore += 1;
@@ -289,7 +299,7 @@ impl Pool {
             call.set_phase(ASSIGNED);
             // a failed start finishes the call with the error: the caller sees it as the outcome
             let _ = self.spawn_worker(id, false, Some(call), None);
-            return Ok(());
+            return Ok(None);
         }
         if !self.config.blocking {
             g.stats.rejected += 1;
@@ -312,7 +322,7 @@ impl Pool {
         if first && deadline.is_some() {
             self.wake_housekeeper.notify_one();
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Cancels a call that has not started. True if it was cancelled (it will never run).
@@ -599,6 +609,21 @@ impl Pool {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();
             }
+        }
+    }
+}
+
+/// A call reserved to an idle state by [`Pool::submit_later`]: dropping it posts the call to the
+/// state's worker (so a reservation can never be lost).
+pub struct Posting {
+    mailbox: Arc<Mailbox>,
+    call: Option<Arc<Call>>,
+}
+
+impl Drop for Posting {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.mailbox.post(call);
         }
     }
 }
