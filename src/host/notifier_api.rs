@@ -32,7 +32,7 @@ use crate::host::pool_api::{push_outcome, PoolHandle};
 use crate::host::userdata::{self, UV_NOTIFIER};
 use crate::lua::{State, TNUMBER};
 use crate::notify::{BellListener, Doorbell, Notifier, Subscriber};
-use crate::pool::Pool;
+use crate::pool::{Pool, Posting};
 use crate::Error;
 
 pub struct NotifierHandle {
@@ -47,6 +47,8 @@ pub struct NotifierHandle {
     cache: CallCache,
     /// Tokens of deferred calls, in order, until `_flush`.
     outbox: Vec<u64>,
+    /// Reused by `_flush`.
+    postings: Vec<Posting>,
     /// Tokens are never reused, so a late completion cannot be mistaken for a newer call's.
     next_token: u64,
 }
@@ -105,6 +107,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             calls: HashMap::default(),
             cache: CallCache::default(),
             outbox: Vec::new(),
+            postings: Vec::new(),
             next_token: 1,
         },
         UV_NOTIFIER,
@@ -244,10 +247,11 @@ fn prepare(st: State, n: &mut NotifierHandle, deferred: bool) -> Result<u64, Err
 
 /// Hands a filed call to its pool. Whatever happens, its token comes back through the queue:
 /// when it finishes, at once if it finished before it could be subscribed, or with the error if
-/// the pool refused it.
-fn start(notifier: &Arc<Notifier>, token: u64, e: &mut InFlight) -> Result<(), Error> {
+/// the pool refused it. A call that got an idle state comes back as a posting: the worker is
+/// woken when it is dropped.
+fn start(notifier: &Arc<Notifier>, token: u64, e: &mut InFlight) -> Result<Option<Posting>, Error> {
     e.deferred = false;
-    e.pool.submit(e.call.clone())?;
+    let posting = e.pool.submit_later(e.call.clone())?;
     let subscriber = Subscriber::Queue {
         notifier: notifier.clone(),
         token,
@@ -255,7 +259,7 @@ fn start(notifier: &Arc<Notifier>, token: u64, e: &mut InFlight) -> Result<(), E
     if !e.call.subscribe(subscriber) {
         notifier.push(token);
     }
-    Ok(())
+    Ok(posting)
 }
 
 crate::lua_function!(pub fn submit => submit_impl);
@@ -265,7 +269,7 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
     let n = handle(st)?;
     let token = prepare(st, n, false)?;
     let started = match n.calls.get_mut(&token) {
-        Some(e) => start(&n.notifier, token, e),
+        Some(e) => start(&n.notifier, token, e).map(drop),
         None => Err(Error::Internal("a filed call vanished".into())),
     };
     if let Err(err) = started {
@@ -292,20 +296,29 @@ fn defer_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn flush => flush_impl);
 /// `notifier:_flush()` -> n: submits the deferred calls (a refused one finishes with the error).
+/// Idle workers are woken only once every call is filed, so that one woken worker finds the
+/// rest of the batch queued behind its first call.
 fn flush_impl(st: State) -> Result<c_int, Error> {
     let n = handle(st)?;
     let mut outbox = std::mem::take(&mut n.outbox);
+    let mut postings = std::mem::take(&mut n.postings);
     let mut count = 0;
     for &token in &outbox {
         // dropped calls are gone from `calls`
         if let Some(e) = n.calls.get_mut(&token) {
             count += 1;
-            if let Err(err) = start(&n.notifier, token, e) {
-                e.call.finish(Outcome::Err(err));
-                n.notifier.push(token);
+            match start(&n.notifier, token, e) {
+                Ok(Some(posting)) => postings.push(posting),
+                Ok(None) => {}
+                Err(err) => {
+                    e.call.finish(Outcome::Err(err));
+                    n.notifier.push(token);
+                }
             }
         }
     }
+    postings.clear(); // wakes the workers
+    n.postings = postings;
     outbox.clear();
     n.outbox = outbox;
     st.push_number(count as f64);
