@@ -3,11 +3,14 @@
 -- instead of blocking the worker's event loop, with public ngx_lua APIs only:
 --
 --   request coroutine                       light thread (one per worker: an ngx.timer)
---   notifier:_submit(pool, chunk, fn, ...)  sleeps in sock:receiveany() on a unix-socket cosocket
---     (the call, subscribed under token)    the native side writes one byte to the other end when
---   sem:wait()  -- yields                   the completion queue goes from empty to non-empty
---                                           tokens = notifier:drain(); sem:post() for each waiter
+--   token = notifier:_defer(pool, chunk,    sleeps in sock:receiveany() on a unix-socket cosocket;
+--     fn, ...): filed in the outbox; the    the native side writes one byte to the other end when
+--     turn's first posts the flusher        the completion queue goes from empty to non-empty
+--   sem:wait()  -- yields                   tokens = notifier:drain(); sem:post() for each waiter
 --   notifier:_take(token) -- the results
+--                                           flusher (an ngx.thread of the light thread), resumed
+--                                           after the turn's events: notifier:_flush() hands the
+--                                           outbox to the pools, waking each worker once
 --
 -- Phases that cannot yield (set, header/body filter, log, balancer) raise an error; init,
 -- init_worker and exit_worker block (plain invoke). Everything here is per worker process: the
@@ -113,6 +116,7 @@ local function dispatch(w, tokens)
       end
     else
       -- its request stopped waiting (timed out, or the light thread failed)
+      w.failed[t] = nil
       w.dropped = w.dropped + 1
     end
   end
