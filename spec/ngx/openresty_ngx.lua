@@ -240,11 +240,22 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     assert.are.same({}, nginx:log_lines { "error" })
   end)
 
-  it("quits gracefully, closing its sockets and removing its socket directory", function()
+  it("quits gracefully, finishing a waiting request, closing its sockets and socket directory", function()
     assert.are.equal("hello, quit\n", select(2, H.get(port, "/hello?name=quit")))
     local workers = nginx:worker_pids()
     assert.is_true(#workers > 0)
+    local waiting = H.send(tport, "/sleep?s=0.5")
+    H.wait_until("the request to wait for its call", 5, function()
+      local n = stats()["ngx.waiting"]
+      return n == 1, n
+    end)
+    local log_before = #nginx:log()
     assert.is_true(nginx:stop(), "nginx did not quit gracefully in time")
+    -- the response was sent before the worker exited; it waits in our socket's buffer
+    local status, body = H.read_response(waiting)
+    assert.are.equal(200, status)
+    assert.are.equal("0.5\n", body)
+    assert.matches("vmpool: worker exiting, finishing 1 waiting request%(s%) first", nginx:log():sub(log_before + 1))
     assert_clean_log(nginx)
     assert.is_nil(nginx:log():find("open socket", 1, true))
     for _, pid in ipairs(workers) do
