@@ -14,9 +14,10 @@ if [ -n "$missing" ]; then
   if [ "$(id -u)" -eq 0 ]; then sudo=""; else sudo="sudo"; fi
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing >/dev/null
-  # Debian starts nginx as a service on install; the project runs its own instances
+  # Debian starts its default nginx service on install; the project runs its own instances on
+  # their own ports, so stop that one (and only that one)
   if command -v systemctl >/dev/null 2>&1; then $sudo systemctl disable --now nginx >/dev/null 2>&1 || true; fi
-  $sudo sh -c 'pkill -x nginx' 2>/dev/null || true
+  if [ -s /run/nginx.pid ]; then $sudo sh -c 'kill -QUIT "$(cat /run/nginx.pid)"' 2>/dev/null || true; fi
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "vmpool: Rust (cargo >= 1.88) is needed; install it with rustup (https://rustup.rs)" >&2
