@@ -104,6 +104,8 @@ pub struct Pool {
     pub chunk_epoch: AtomicU64,
     fork_generation: u64,
     pid: u32,
+    /// The CPU the host thread last waited on a result from (see `sys::move_off_cpu`).
+    pub host_cpu: std::sync::atomic::AtomicI32,
     /// Created on the first `fut:pollfd()`.
     poll: Mutex<Option<Arc<crate::notify::PollSignal>>>,
     /// Finished calls given back by dropped futures, for the host to reuse (no allocation per
@@ -129,6 +131,7 @@ impl Pool {
             fork_generation: crate::sys::fork_generation(),
             pid: crate::sys::pid(),
             poll: Mutex::new(None),
+            host_cpu: std::sync::atomic::AtomicI32::new(-1),
             spare_calls: Mutex::new(Vec::new()),
         });
         let hk = {

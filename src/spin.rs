@@ -153,6 +153,14 @@ impl AdaptiveSpin {
         done
     }
 
+    /// Forgets past failures (after the thread moved to another CPU, spinning may work again).
+    pub fn reset(&self) {
+        self.failures.set(0);
+        self.skip.set(0);
+        self.budget_ns
+            .set(self.budget_ns.get().max(self.max_ns / 4));
+    }
+
     /// Reports how long a whole wait took (spinning plus parking), if it was timed.
     #[inline]
     pub fn observe(&self, wait: Wait) {

@@ -2,9 +2,10 @@
 //! `Send` in module mode, so a state is created, used and closed on the same thread). It runs the
 //! calls posted to its mailbox, and the queued calls the pool hands it, until it is told to exit.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
@@ -77,6 +78,27 @@ pub fn spawn(
         })
 }
 
+/// How often a worker may move itself off its caller's CPU.
+const MOVE_INTERVAL: Duration = Duration::from_millis(5);
+
+/// A caller blocked on its result and the worker it waits for end up on one CPU once both park
+/// in turn (the scheduler wakes each on the other's CPU and sees no imbalance), and every call
+/// then costs two context switches while another CPU idles. The worker notices that it runs on
+/// the CPU its caller last waited on and moves away (rate-limited).
+/// Returns whether it moved (its spinning may then succeed again).
+fn leave_callers_cpu(pool: &Pool, last_move: &mut Option<Instant>) -> bool {
+    let host = pool.host_cpu.load(Ordering::Relaxed);
+    if host < 0 || crate::sys::current_cpu() != host {
+        return false;
+    }
+    let now = Instant::now();
+    if last_move.is_some_and(|t| now.duration_since(t) < MOVE_INTERVAL) {
+        return false;
+    }
+    *last_move = Some(now);
+    crate::sys::move_off_cpu(host)
+}
+
 fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc<Latch>>) {
     let mut child = match Child::new(&pool.config) {
         Ok(c) => c,
@@ -102,6 +124,8 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         }
     }
     let spin = AdaptiveSpin::new(JOB_SPIN, true);
+    let spread = crate::sys::available_cpus() > 1;
+    let mut last_move: Option<Instant> = None;
     let mut next = first;
     loop {
         let call = match next.take() {
@@ -111,6 +135,9 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
                 Letter::Exit => break,
             },
         };
+        if spread && leave_callers_cpu(pool, &mut last_move) {
+            spin.reset();
+        }
         // queued calls arrive already RUNNING; posted ones are claimed here (or were cancelled)
         let runnable = call.phase() == RUNNING || call.transition(ASSIGNED, RUNNING);
         let (outcome, replace) = if runnable {

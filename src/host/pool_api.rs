@@ -223,7 +223,12 @@ fn invoke_impl(st: State) -> Result<c_int, Error> {
         h.recycle(call);
         return Err(e);
     }
-    RESULT_WAIT.with(|spin| call.wait(None, spin));
+    if !call.is_done() {
+        h.pool
+            .host_cpu
+            .store(crate::sys::current_cpu(), Ordering::Relaxed);
+        RESULT_WAIT.with(|spin| call.wait(None, spin));
+    }
     let result = push_outcome(st, &call);
     h.recycle(call);
     result
