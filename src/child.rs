@@ -223,6 +223,15 @@ impl Child {
                     Ok(()) => self.call(&chunk, &mut buf),
                     Err(failed) => failed,
                 };
+                // The hook stops a coroutine that runs too long, but the function that resumed
+                // it may swallow the error and return before the hook fires in its own thread:
+                // a call that tripped a limit fails whatever it returned.
+                let result = if !result.1 && self.limits.tripped.get() != Trip::None {
+                    let function = String::from_utf8_lossy(&self.func).into_owned();
+                    self.limit_outcome(&chunk.name, &function).unwrap_or(result)
+                } else {
+                    result
+                };
                 self.disarm();
                 result
             }
@@ -376,6 +385,21 @@ impl Child {
         (outcome, false)
     }
 
+    /// The outcome of a call that tripped the time limit or was interrupted (the state must then
+    /// be replaced), if it did.
+    fn limit_outcome(&self, chunk: &str, function: &str) -> Option<(Outcome, bool)> {
+        let e = match self.limits.tripped.get() {
+            Trip::None => return None,
+            Trip::Time => Error::TimeLimit {
+                chunk: chunk.into(),
+                function: function.into(),
+                seconds: self.time_limit.map_or(0.0, |d| d.as_secs_f64()),
+            },
+            Trip::Cancel => Error::Cancelled,
+        };
+        Some((Outcome::Err(e), true))
+    }
+
     /// Turns a failed `lua_pcall` into an outcome; says whether the state must be replaced.
     fn failure(
         &self,
@@ -384,18 +408,8 @@ impl Child {
         function: &str,
         runtime: impl FnOnce(String) -> Error,
     ) -> (Outcome, bool) {
-        let tripped = self.limits.tripped.get();
-        if tripped == Trip::Time {
-            let seconds = self.time_limit.map_or(0.0, |d| d.as_secs_f64());
-            let e = Error::TimeLimit {
-                chunk: chunk.into(),
-                function: function.into(),
-                seconds,
-            };
-            return (Outcome::Err(e), true);
-        }
-        if tripped == Trip::Cancel {
-            return (Outcome::Err(Error::Cancelled), true);
+        if let Some(tripped) = self.limit_outcome(chunk, function) {
+            return tripped;
         }
         if rc == ffi::LUA_ERRMEM {
             if let Some(bytes) = self.memory_limit {
