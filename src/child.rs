@@ -165,6 +165,10 @@ impl Child {
                 ))
             })?;
         }
+        if cfg.time_limit.is_some() {
+            self.guard_xpcall()
+                .map_err(|m| Error::Spawn(format!("cannot wrap xpcall: {m}")))?;
+        }
         if let Some(init) = &cfg.init {
             self.exec(init, "init").map_err(Error::Init)?;
         }
@@ -184,11 +188,50 @@ impl Child {
         Ok(())
     }
 
+    /// Every Lua runs a message handler with hooks off when the error came from a hook, so an
+    /// `xpcall` handler that never returns would escape the time limit. Wrap `xpcall` so that
+    /// once a limit has tripped the handler is skipped and the limit's error goes on unwinding.
+    fn guard_xpcall(&mut self) -> Result<(), String> {
+        const WRAP: &[u8] = br#"
+local xpcall, type, tripped = xpcall, type, ...
+if type(xpcall) ~= "function" then return end
+_G.xpcall = function(f, handler, ...)
+  if type(handler) ~= "function" then return xpcall(f, handler, ...) end
+  return xpcall(f, function(e)
+    if tripped() then return e end
+    return handler(e)
+  end, ...)
+end
+"#;
+        self.exec_with(WRAP, "=vmpool.xpcall", Some(LIMIT_TRIPPED))
+    }
+
     /// Runs a piece of source in this state (configuration and `init`).
     fn exec(&mut self, source: &[u8], name: &str) -> Result<(), String> {
+        self.exec_with(source, name, None)
+    }
+
+    /// Runs a piece of source, passing it `arg` (a C function) as its argument if given.
+    fn exec_with(
+        &mut self,
+        source: &[u8],
+        name: &str,
+        arg: Option<ffi::lua_CFunction>,
+    ) -> Result<(), String> {
         let st = self.st;
         let rc = st.load_text(source, name);
-        let rc = if rc == 0 { st.pcall(0, 0, MSGH) } else { rc };
+        let rc = if rc == 0 {
+            let nargs = match arg {
+                Some(f) => {
+                    st.push_cclosure(f, 0);
+                    1
+                }
+                None => 0,
+            };
+            st.pcall(nargs, 0, MSGH)
+        } else {
+            rc
+        };
         let result = if rc == 0 {
             Ok(())
         } else {
@@ -541,6 +584,19 @@ fn is_callable(st: State, idx: c_int) -> bool {
             t != TNIL
         }
     }
+}
+
+// `tripped()` in a child: whether the running call hit its time limit or was interrupted (the
+// `xpcall` guard asks it; see `Child::guard_xpcall`).
+crate::lua_function!(fn LIMIT_TRIPPED => limit_tripped);
+fn limit_tripped(st: State) -> Result<c_int, Error> {
+    let tripped = LIMITS.with(|c| {
+        let p = c.get();
+        // SAFETY: as in `limit_hook`: set only while a call is armed on this thread.
+        !p.is_null() && unsafe { (*p).tripped.get() } != Trip::None
+    });
+    st.push_bool(tripped);
+    Ok(1)
 }
 
 /// The count hook behind `time_limit` and cancelling running calls.

@@ -18,6 +18,15 @@ function pspin() while true do pcall(function() while true do end end) end end
 function xspin()
   while true do xpcall(function() while true do end end, function() while true do end end) end
 end
+function xspin_args()
+  -- the extra arguments reach f (Lua 5.2+ and LuaJIT), and a handler that is not a function is
+  -- refused as by the plain xpcall
+  assert(xpcall(function(a, b) return a + b end, print, 1, 2) == true or _VERSION == "Lua 5.1")
+  assert(not pcall(xpcall, function() end, nil))
+  local ok, e = xpcall(function() error("plain", 0) end, function(m) return "handled " .. m end)
+  assert(not ok and e == "handled plain", e)
+  while true do xpcall(spin, function() while true do end end) end
+end
 function in_coroutine()
   coroutine.resume(coroutine.create(function() while true do end end))
   return "escaped"
@@ -57,7 +66,10 @@ fn expect_time_limit(result: Result<Vec<Value>, Error>, function: &str) {
 #[test]
 fn time_limit_stops_runaway_loops_and_replaces_the_state() {
     let p = pool(limited(1, Duration::from_millis(50)), &[("r", RUNAWAY)]);
-    for (i, f) in ["spin", "pspin"].into_iter().enumerate() {
+    for (i, f) in ["spin", "pspin", "xspin", "xspin_args"]
+        .into_iter()
+        .enumerate()
+    {
         let t0 = Instant::now();
         let c = submit(&p, "r", f, &[]);
         expect_time_limit(wait(&c), f);
