@@ -31,12 +31,29 @@ pub struct Stats {
     pub waiting: usize,
     pub created: u64,
     pub closed: u64,
+    /// Calls submitted to an open pool; each ends in exactly one of the five counters below.
     pub invokes: u64,
     pub succeeded: u64,
+    /// Calls that reached a state and failed (child errors, time and memory limits), and queued
+    /// calls failed by `close()`.
     pub errors: u64,
+    /// Refused at submit: pool exhausted (`blocking = false`) or queue full (`max_waiting`).
     pub rejected: u64,
+    /// Queued calls that waited longer than `acquire_timeout`.
     pub timeouts: u64,
+    /// Calls cancelled before they started, or interrupted while running.
     pub cancelled: u64,
+}
+
+impl Stats {
+    fn count(&mut self, ended: Ended) {
+        match ended {
+            Ended::Succeeded => self.succeeded += 1,
+            Ended::Failed => self.errors += 1,
+            Ended::Interrupted => self.cancelled += 1,
+            Ended::Skipped => {}
+        }
+    }
 }
 
 /// How a call that reached a state ended, for the counters.
@@ -44,13 +61,16 @@ pub struct Stats {
 pub enum Ended {
     Succeeded,
     Failed,
-    /// The call was cancelled before it ran (the worker found it claimed).
+    /// `fut:cancel()` interrupted the call while it ran.
+    Interrupted,
+    /// The call was cancelled before it ran (the worker found it claimed; `cancel` counted it).
     Skipped,
 }
 
 impl Ended {
     pub fn of(outcome: &Outcome) -> Ended {
         match outcome {
+            Outcome::Err(Error::Cancelled) => Ended::Interrupted,
             Outcome::Err(_) => Ended::Failed,
             _ => Ended::Succeeded,
         }
@@ -347,11 +367,7 @@ impl Pool {
     /// call, park it as idle, or let it exit.
     pub fn release(&self, me: &Arc<Mailbox>, core: bool, ended: Ended) -> Next {
         let mut g = self.inner.lock();
-        match ended {
-            Ended::Succeeded => g.stats.succeeded += 1,
-            Ended::Failed => g.stats.errors += 1,
-            Ended::Skipped => {}
-        }
+        g.stats.count(ended);
         while let Some(next) = g.waiting.pop_front() {
             if next.transition(QUEUED, RUNNING) {
                 g.waiting_live -= 1;
@@ -406,11 +422,7 @@ impl Pool {
     /// A worker lost its state (a replacement could not be created) and exits.
     pub fn worker_lost(&self, core: bool, ended: Ended) {
         let mut g = self.inner.lock();
-        match ended {
-            Ended::Succeeded => g.stats.succeeded += 1,
-            Ended::Failed => g.stats.errors += 1,
-            Ended::Skipped => {}
-        }
+        g.stats.count(ended);
         if core {
             g.live_core -= 1;
         } else {

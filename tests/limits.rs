@@ -239,6 +239,11 @@ fn cancel_interrupts_a_running_call_in_a_pool_with_a_hook() {
     }
     let s = p.stats();
     assert_eq!((s.core, s.created, s.closed), (1, 4, 3));
+    assert_eq!(
+        (s.cancelled, s.errors),
+        (3, 0),
+        "interrupted calls count as cancelled: {s:?}"
+    );
     assert_balanced(&s);
     p.close();
 }
