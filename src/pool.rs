@@ -564,15 +564,16 @@ impl Pool {
     }
 
     /// Closes the pool: queued calls fail with "pool is closed", running calls finish, then every
-    /// state is closed and every thread joined. Idempotent. After a `fork`, only marks the pool
-    /// closed (its threads do not exist in this process).
+    /// state is closed and every thread joined. Idempotent. After a `fork` it does nothing: the
+    /// pool's threads do not exist in this process, and its locks may have been copied while one
+    /// of them held them (nothing here would ever unlock them).
     pub fn close(&self) {
-        let forked = self.check_process().is_err();
+        if self.check_process().is_err() {
+            return;
+        }
         let mut g = self.inner.lock();
         if g.closed {
-            if !forked {
-                self.join_all(g);
-            }
+            self.join_all(g);
             return;
         }
         g.closed = true;
@@ -583,9 +584,6 @@ impl Pool {
                 g.stats.errors += 1;
                 queued.push(call);
             }
-        }
-        if forked {
-            return;
         }
         for mb in std::mem::take(&mut g.idle_core) {
             g.live_core -= 1;
