@@ -4,48 +4,10 @@
 -- case of a lock copied while held.
 local vmpool = require "vmpool"
 local Gate = require "spec.support.gate"
-local socket = require "socket"
-local has_posix, P = pcall(require, "posix")
-has_posix = has_posix and type(P.fork) == "function"
-
--- Runs `body` in a forked child; returns what it wrote (its report) and how it exited. The child
--- never returns into busted: it _exit()s. A child still running after `timeout` s is killed.
-local function in_child(body, timeout)
-  local r, w = P.pipe()
-  local pid = assert(P.fork())
-  if pid == 0 then
-    P.close(r)
-    local ok, report = pcall(body)
-    P.write(w, ok and tostring(report) or ("child failed: " .. tostring(report)))
-    P.close(w)
-    P._exit(ok and 0 or 1)
-  end
-  P.close(w)
-  local deadline = vmpool.clock() + (timeout or 10)
-  local how, code
-  repeat
-    local got
-    got, how, code = P.wait(pid, P.WNOHANG)
-    if got == pid then break end
-    how = nil
-    socket.sleep(0.002)
-  until vmpool.clock() > deadline
-  if not how then
-    P.kill(pid, P.SIGKILL)
-    P.wait(pid)
-    how = "hung"
-  end
-  local chunks = {}
-  repeat
-    local s = P.read(r, 4096)
-    chunks[#chunks + 1] = s
-  until not s or s == ""
-  P.close(r)
-  return table.concat(chunks), how, code
-end
+local Child = require "spec.support.child"
 
 describe("a pool after fork()", function()
-  if not has_posix then
+  if not Child.available then
     pending("needs lua-posix (Lua 5.1 / LuaJIT); tests/fork.rs covers Lua 5.4")
     return
   end
@@ -56,8 +18,8 @@ describe("a pool after fork()", function()
     pool:compile("c", "return { gate = gate, echo = function(...) return ... end }")
     local running = pool:submit("c", "gate", gate.port, "parent's")
     gate:arrivals(1)
-    local parent = P.getpid and P.getpid("pid") or nil
-    local report, how, code = in_child(function()
+    local parent = Child.pid()
+    local report, how, code = Child.run(function()
       local lines = {}
       local function try(label, f, ...)
         local ok, err = pcall(f, ...)
@@ -81,7 +43,7 @@ describe("a pool after fork()", function()
     end)
     assert.are.equal("exited", how, report)
     assert.are.equal(0, code, report)
-    local pid_pattern = parent and ("%(pid " .. parent .. "%)") or "%(pid %d+%)"
+    local pid_pattern = "%(pid " .. parent .. "%)"
     for _, label in ipairs { "invoke", "submit", "compile", "unload", "stats", "wait", "cancel" } do
       assert.matches("\n?" .. label .. "=vmpool: pool was created in another process " .. pid_pattern
         .. "; create pools in the process that uses them", report)
