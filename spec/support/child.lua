@@ -48,12 +48,16 @@ function Child.pid()
 end
 
 -- Caps this process's address space at its current size plus `extra` bytes (in a child only:
--- new thread stacks then cannot be mapped).
+-- new thread stacks then cannot be mapped), or lifts the cap again with `nil`.
 function Child.cap_address_space(extra)
+  if not extra then
+    assert(P.setrlimit("as", -1, -1))
+    return
+  end
   local f = assert(io.open("/proc/self/status"))
   local vm = tonumber(f:read("*a"):match("VmSize:%s*(%d+)")) * 1024
   f:close()
-  assert(P.setrlimit("as", vm + extra, vm + extra))
+  assert(P.setrlimit("as", vm + extra, -1))
 end
 
 return Child
