@@ -309,8 +309,14 @@ impl Pool {
                 call: Some(call),
             }));
         }
-        if g.live_noncore < self.config.max_noncore {
-            g.live_noncore += 1;
+        // fewer core states than configured only after a state could not be replaced: start one
+        let core = g.live_core < self.config.core;
+        if core || g.live_noncore < self.config.max_noncore {
+            if core {
+                g.live_core += 1;
+            } else {
+                g.live_noncore += 1;
+            }
             g.busy += 1;
             g.stats.created += 1;
             g.next_worker += 1;
@@ -318,7 +324,7 @@ impl Pool {
             drop(g);
             call.set_phase(ASSIGNED);
             // a failed start finishes the call with the error: the caller sees it as the outcome
-            let _ = self.spawn_worker(id, false, Some(call), None);
+            let _ = self.spawn_worker(id, core, Some(call), None);
             return Ok(None);
         }
         if !self.config.blocking {
@@ -419,8 +425,10 @@ impl Pool {
         g.stats.closed += 1;
     }
 
-    /// A worker lost its state (a replacement could not be created) and exits.
-    pub fn worker_lost(&self, core: bool, ended: Ended) {
+    /// A worker lost its state (a replacement could not be created) and exits. A new state is
+    /// started at once for the oldest waiting call, if any (it may fail the same way, and then
+    /// that call gets the error); otherwise the next `submit` starts one (`core` is a floor).
+    pub fn worker_lost(self: &Arc<Pool>, core: bool, ended: Ended) {
         let mut g = self.inner.lock();
         g.stats.count(ended);
         if core {
@@ -430,6 +438,27 @@ impl Pool {
         }
         g.busy -= 1;
         g.stats.closed += 1;
+        if g.closed {
+            return;
+        }
+        while let Some(next) = g.waiting.pop_front() {
+            if next.transition(QUEUED, ASSIGNED) {
+                g.waiting_live -= 1;
+                if core {
+                    g.live_core += 1;
+                } else {
+                    g.live_noncore += 1;
+                }
+                g.busy += 1;
+                g.stats.created += 1;
+                g.next_worker += 1;
+                let id = g.next_worker;
+                drop(g);
+                // a failed start finishes the call with the error
+                let _ = self.spawn_worker(id, core, Some(next), None);
+                return;
+            }
+        }
     }
 
     /// A core worker finished creating its state at `new()`: it becomes idle.

@@ -292,3 +292,49 @@ fn a_cancelled_call_never_runs() {
     assert_balanced(&s);
     p.close();
 }
+
+#[test]
+fn a_state_that_cannot_be_replaced_does_not_wedge_the_pool() {
+    // init fails while a marker file exists: the state that hits the time limit then cannot be
+    // replaced. The pool must not be left without states for good: waiting calls get a state (or
+    // the error that prevents one) at once, and later calls start one again.
+    let marker = std::env::temp_dir().join(format!("vmpool-init-fails-{}", std::process::id()));
+    let _ = std::fs::remove_file(&marker);
+    let init = format!(
+        "if io.open({:?}) then error('init refuses: marker present', 0) end",
+        marker.to_str().unwrap()
+    );
+    let p = pool(
+        Config {
+            core: 1,
+            time_limit: Some(Duration::from_millis(30)),
+            acquire_timeout: Some(Duration::from_secs(120)),
+            init: Some(init.into_bytes()),
+            jit: false,
+            ..Config::default()
+        },
+        &[("r", RUNAWAY)],
+    );
+    let ok = submit(&p, "r", "echo", &[Value::Int(1)]);
+    assert_eq!(wait(&ok).unwrap(), vec![Value::Int(1)]);
+    std::fs::write(&marker, b"").unwrap();
+    let spin = submit(&p, "r", "spin", &[]);
+    let queued1 = submit(&p, "r", "echo", &[Value::Int(2)]);
+    let queued2 = submit(&p, "r", "echo", &[Value::Int(3)]);
+    expect_time_limit(wait(&spin), "spin");
+    // the oldest waiting call gets a new state at once, which fails the same way
+    match wait(&queued1) {
+        Err(Error::Init(m)) => assert!(m.contains("init refuses"), "{m}"),
+        other => panic!("expected the init error, got {other:?}"),
+    }
+    std::fs::remove_file(&marker).unwrap();
+    // a new call starts a state again (the pool keeps `core` as a floor); the other waiting call
+    // runs on it
+    let later = submit(&p, "r", "echo", &[Value::Int(4)]);
+    assert_eq!(wait(&later).unwrap(), vec![Value::Int(4)]);
+    assert_eq!(wait(&queued2).unwrap(), vec![Value::Int(3)]);
+    let s = p.stats();
+    assert_eq!(s.core, 1, "{s:?}");
+    assert_balanced(&s);
+    p.close();
+}
