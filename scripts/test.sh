@@ -1,13 +1,16 @@
 #!/bin/sh
-# Runs every test suite: Rust tests and bounded fuzzing, then for each runtime the rock installed by
-# LuaRocks, the busted specs against it and a short soak test; with LuaJIT also the nginx
-# (OpenResty) integration suite (scripts/test-ngx.sh). Usage: scripts/test.sh [lua5.1 lua5.4
-# luajit]; FUZZ_SECONDS=0 / SOAK_SECONDS=0 skip fuzzing / the soak test.
+# Runs every test suite: Rust tests, the same under ThreadSanitizer, bounded fuzzing, then for each
+# runtime the rock installed by LuaRocks, the busted specs against it and a short soak test; with
+# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh).
+# Usage: scripts/test.sh [lua5.1 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0 and SOAK_SECONDS=0 skip
+# the TSan runs, fuzzing and the soak test.
 set -eu
 cd "$(dirname "$0")/.."
 runtimes=${*:-"lua5.1 lua5.4 luajit"}
 echo "== cargo test"
 cargo test --quiet --locked
+# the bookkeeping's thread-safety under ThreadSanitizer (TSAN=0 skips)
+if [ "${TSAN:-1}" != 0 ]; then scripts/tsan.sh; fi
 # bounded fuzzing of the value decoder and chunk loading (FUZZ_SECONDS per target, 0 skips)
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then scripts/fuzz.sh; fi
 for LUA in $runtimes; do
