@@ -3,6 +3,7 @@
 -- held busy with gates (spec/support/gate.lua), never with sleeps.
 local vmpool = require "vmpool"
 local Gate = require "spec.support.gate"
+local Child = require "spec.support.child"
 
 local IS_LUAJIT = vmpool.runtime == "LuaJIT"
 
@@ -191,6 +192,44 @@ describe("memory_limit", function()
   it("does not count results once they left the state (they are copied out of Lua)", function()
     for _ = 1, 20 do assert.are.equal(LIMIT / 4, #pool:invoke("m", "blob", LIMIT / 4)) end
     assert.are.equal(0, pool:stats().closed)
+  end)
+
+  it("survives a state that is full between calls: nested results, new names, new chunks", function()
+    -- everything the pool does in a state outside the call itself must not allocate where running
+    -- out of memory ends the process (Lua 5.1 and LuaJIT: growing the stack to encode nested
+    -- results). Where lua-posix can fork, run it in a child so that a crash is a failure here.
+    local function scenario()
+      local p = vmpool.new { core = 1, memory_limit = 2 * 1024 * 1024 }
+      p:compile("m", [[
+        local function add(size) hoard = { hoard, string.rep("x", size) } end
+        function fill()
+          hoard = nil
+          collectgarbage()
+          for _, size in ipairs { 4096, 256, 16, 0 } do while pcall(add, size) do end end
+        end
+        function nested(d) local t = {} local c = t for _ = 1, d do c.x = {} c = c.x end fill() return t end
+      ]])
+      local outcomes = {}
+      for _, depth in ipairs { 10, 50, 99 } do
+        local ok, r = pcall(p.invoke, p, "m", "nested", depth)
+        outcomes[#outcomes + 1] = ok and type(r) or r:match("^vmpool: memory limit exceeded") and "limit" or r
+      end
+      p:close()
+      return table.concat(outcomes, " ")
+    end
+    local report
+    if Child.available then
+      pool:close() -- fork with no other pool's threads around
+      local how, code
+      report, how, code = Child.run(scenario, 60)
+      assert.are.equal("exited", how, report)
+      assert.are.equal(0, code, report)
+    else
+      report = scenario()
+    end
+    for word in report:gmatch("%S+") do
+      assert.is_true(word == "table" or word == "limit", report)
+    end
   end)
 
   it("refuses a limit below what a fresh state needs, and 0 means none", function()
