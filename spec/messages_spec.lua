@@ -227,6 +227,21 @@ describe("error messages", function()
   end
 
   if IS_LUAJIT then
+    it("BadArgument: a build for another runtime refuses to load (the Lua 5.1 build into LuaJIT)", function()
+      local path = "lua_modules/lua5.1/lib/lua/5.1/vmpool.so"
+      local f = io.open(path)
+      if not f then
+        pending("needs the Lua 5.1 build (scripts/rock.sh lua5.1) at " .. path)
+        return
+      end
+      f:close()
+      local open = assert(package.loadlib(path, "luaopen_vmpool"))
+      local ok, err = pcall(open)
+      assert.is_false(ok)
+      assert.are.equal("vmpool: this vmpool build is for Lua 5.1 but was loaded into LuaJIT; install the build "
+        .. "for LuaJIT (e.g. make rock LUA=luajit)", err)
+    end)
+
     it("BadArgument: jit = true with a time limit (LuaJIT)", function()
       assert.matches("^vmpool: option 'time_limit' to vmpool.new needs jit = false on LuaJIT",
         err_of(vmpool.new, { time_limit = 1, jit = true }))
