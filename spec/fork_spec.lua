@@ -27,6 +27,7 @@ describe("a pool after fork()", function()
       end
       try("invoke", pool.invoke, pool, "c", "echo", 1)
       try("submit", pool.submit, pool, "c", "echo", 1)
+      try("co_invoke", vmpool.run, function() return pool:co_invoke("c", "echo", 1) end)
       try("compile", pool.compile, pool, "d", "return 1")
       try("unload", pool.unload, pool, "c")
       try("stats", pool.stats, pool)
@@ -48,6 +49,9 @@ describe("a pool after fork()", function()
       assert.matches("\n?" .. label .. "=vmpool: pool was created in another process " .. pid_pattern
         .. "; create pools in the process that uses them", report)
     end
+    -- under vmpool.run the error ends the run, which reports the coroutine's error
+    assert.matches("\nco_invoke=vmpool.run: a coroutine failed: vmpool: pool was created in another process "
+      .. pid_pattern, report)
     assert.matches("tostring=vmpool.pool %(created in another process%)", report)
     assert.matches("close=ok\nclose again=ok\ngc=ok", report)
     -- the parent's pool goes on as if nothing happened
