@@ -21,7 +21,7 @@ echo "== tsan: building"
 tests="concurrency limits pool_bookkeeping"
 args=""
 for t in $tests; do args="$args --test $t"; done
-cargo test --quiet --locked --target $triple --target-dir target/tsan $args --no-run 2>/dev/null
+cargo test --quiet --locked --target $triple --target-dir target/tsan $args --no-run
 export TSAN_OPTIONS="halt_on_error=1 abort_on_error=0 exitcode=66 suppressions=$PWD/tests/tsan.supp"
 for t in $tests; do
   echo "== tsan: $t"
