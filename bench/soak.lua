@@ -41,6 +41,23 @@ local function rss_kb()
   return tonumber(s:match("VmRSS:%s*(%d+)")), tonumber(s:match("Threads:%s*(%d+)"))
 end
 
+-- bytes the C allocator has handed out and not got back (main arena plus mmapped blocks; with
+-- MALLOC_ARENA_MAX=1 that is everything): only where LuaJIT's ffi can ask glibc, else nil
+local heap_in_use
+do
+  local ok, ffi = pcall(require, "ffi")
+  if ok and pcall(ffi.cdef, [[
+    struct vmpool_mallinfo2 { size_t arena, ordblks, smblks, hblks, hblkhd, usmblks, fsmblks, uordblks,
+      fordblks, keepcost; };
+    struct vmpool_mallinfo2 mallinfo2(void);
+  ]]) then
+    heap_in_use = function()
+      local m = ffi.C.mallinfo2()
+      return tonumber(m.uordblks + m.hblkhd)
+    end
+  end
+end
+
 local function fail(fmt, ...)
   io.stderr:write("soak: FAILED: ", fmt:format(...), "\n")
   os.exit(1)
@@ -198,7 +215,9 @@ end
 phase(WARMUP)
 collectgarbage()
 local rss_warm = rss_kb()
-print(("soak: warm after %.1fs: %d calls, RSS %d KiB (idle)"):format(vmpool.clock() - t0, seen.calls, rss_warm))
+local heap_warm = heap_in_use and heap_in_use()
+print(("soak: warm after %.1fs: %d calls, RSS %d KiB (idle; host Lua heap %d KiB)"):format(vmpool.clock() - t0,
+  seen.calls, rss_warm, collectgarbage("count")))
 phase(SECONDS)
 local elapsed = vmpool.clock() - t0
 
@@ -231,8 +250,12 @@ print(("soak: %s, %.1fs, %d calls (%.0f/s): %d ok, %d child errors, %d time limi
   :format(vmpool.runtime, elapsed, seen.calls, seen.calls / elapsed, seen.succeeded, seen.child_errors,
     seen.time_limit, seen.memory_limit, seen.rejected, seen.acquire_timeouts, seen.cancelled, seen.recompiles,
     s.created, s.closed))
-print(("soak: RSS after warm-up %d KiB, at the end %d KiB (%+.1f%%)"):format(rss_warm or -1, rss_end,
-  rss_warm and (rss_end - rss_warm) * 100 / rss_warm or 0))
+print(("soak: RSS after warm-up %d KiB, at the end %d KiB (%+.1f%%; host Lua heap %d KiB)"):format(rss_warm, rss_end,
+  (rss_end - rss_warm) * 100 / rss_warm, collectgarbage("count")))
+if heap_warm then
+  print(("soak: C heap in use after warm-up %d KiB, at the end %d KiB"):format(math.floor(heap_warm / 1024),
+    math.floor(heap_in_use() / 1024)))
+end
 pool:close()
 s = pool:stats()
 if s.created ~= s.closed then fail("after close: created %d, closed %d", s.created, s.closed) end
