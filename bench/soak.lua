@@ -18,7 +18,9 @@ local vmpool = require "vmpool"
 
 local SECONDS = tonumber(arg and arg[1] or os.getenv("SOAK_SECONDS") or 60)
 local MAX_CALLS = tonumber(arg and arg[2] or os.getenv("SOAK_CALLS") or 2000000)
-local WARMUP = math.min(5, SECONDS / 4) -- RSS baseline taken after this long
+-- RSS baseline taken after this long: long enough for the caches that fill slowly (reused call
+-- records, allocator and thread caches after thousands of state replacements) to be full
+local WARMUP = math.max(2.5, math.min(15, SECONDS / 4))
 local COROUTINES = 48
 local REPORT_EVERY = tonumber(os.getenv("SOAK_REPORT_EVERY") or 10) -- seconds between RSS lines
 local MEMORY_LIMIT = 16 * 1024 * 1024
@@ -216,7 +218,7 @@ phase(WARMUP)
 collectgarbage()
 local rss_warm = rss_kb()
 local heap_warm = heap_in_use and heap_in_use()
-print(("soak: warm after %.1fs: %d calls, RSS %d KiB (idle; host Lua heap %d KiB)"):format(vmpool.clock() - t0,
+print(("soak: warm after %.1fs: %d calls, RSS %d KiB (idle; host Lua heap %.0f KiB)"):format(vmpool.clock() - t0,
   seen.calls, rss_warm, collectgarbage("count")))
 phase(SECONDS)
 local elapsed = vmpool.clock() - t0
@@ -250,7 +252,7 @@ print(("soak: %s, %.1fs, %d calls (%.0f/s): %d ok, %d child errors, %d time limi
   :format(vmpool.runtime, elapsed, seen.calls, seen.calls / elapsed, seen.succeeded, seen.child_errors,
     seen.time_limit, seen.memory_limit, seen.rejected, seen.acquire_timeouts, seen.cancelled, seen.recompiles,
     s.created, s.closed))
-print(("soak: RSS after warm-up %d KiB, at the end %d KiB (%+.1f%%; host Lua heap %d KiB)"):format(rss_warm, rss_end,
+print(("soak: RSS after warm-up %d KiB, at the end %d KiB (%+.1f%%; host Lua heap %.0f KiB)"):format(rss_warm, rss_end,
   (rss_end - rss_warm) * 100 / rss_warm, collectgarbage("count")))
 if heap_warm then
   print(("soak: C heap in use after warm-up %d KiB, at the end %d KiB"):format(math.floor(heap_warm / 1024),
