@@ -5,7 +5,7 @@
 -- callers saw, no state or thread may be left, and RSS must be within 10% of RSS after warm-up.
 --
 --   MALLOC_ARENA_MAX=2 lua5.4 bench/soak.lua [seconds] [max_calls]   (defaults: 60 s, 2M calls)
---   scripts/soak.sh [runtimes]          (CI: 10 s per runtime; SOAK_SECONDS=60 for the full run)
+--   scripts/soak.sh [runtimes]          (CI: 20 s per runtime; SOAK_SECONDS=60 for the full run)
 --
 -- RSS is compared between two quiet moments (every state idle): after a warm-up phase that has hit
 -- every limit already, and at the end. Run it with MALLOC_ARENA_MAX=2 (scripts/soak.sh does): with
@@ -20,7 +20,7 @@ local SECONDS = tonumber(arg and arg[1] or os.getenv("SOAK_SECONDS") or 60)
 local MAX_CALLS = tonumber(arg and arg[2] or os.getenv("SOAK_CALLS") or 2000000)
 -- RSS baseline taken after this long: long enough for the caches that fill slowly (reused call
 -- records, allocator and thread caches after thousands of state replacements) to be full
-local WARMUP = math.max(2.5, math.min(15, SECONDS / 4))
+local WARMUP = SECONDS >= 60 and 15 or SECONDS / 2
 local COROUTINES = 48
 local REPORT_EVERY = tonumber(os.getenv("SOAK_REPORT_EVERY") or 10) -- seconds between RSS lines
 local MEMORY_LIMIT = 16 * 1024 * 1024

@@ -19,7 +19,7 @@ for LUA in $runtimes; do
   echo "== $LUA: busted"
   ( . scripts/luaenv.sh && busted --lua="$LUA" --output=utfTerminal spec )
   # every outcome under load, balanced counters, flat RSS (SOAK_SECONDS, 0 skips)
-  if [ "${SOAK_SECONDS:-10}" != 0 ]; then scripts/soak.sh "$LUA"; fi
+  if [ "${SOAK_SECONDS:-20}" != 0 ]; then scripts/soak.sh "$LUA"; fi
   if [ "$LUA" = luajit ]; then
     echo "== luajit: nginx integration (spec/ngx)"
     scripts/test-ngx.sh
