@@ -1,17 +1,25 @@
 #!/bin/sh
-# Runs every test suite: Rust unit tests, then for each runtime the rock installed by LuaRocks and
-# the busted specs against it; with LuaJIT also the nginx (OpenResty) integration suite
-# (scripts/test-ngx.sh). Usage: scripts/test.sh [lua5.1 lua5.4 luajit]
+# Runs every test suite: Rust tests, the same under ThreadSanitizer, bounded fuzzing, then for each
+# runtime the rock installed by LuaRocks, the busted specs against it and a short soak test; with
+# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh).
+# Usage: scripts/test.sh [lua5.1 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0 and SOAK_SECONDS=0 skip
+# the TSan runs, fuzzing and the soak test.
 set -eu
 cd "$(dirname "$0")/.."
 runtimes=${*:-"lua5.1 lua5.4 luajit"}
 echo "== cargo test"
 cargo test --quiet --locked
+# the bookkeeping's thread-safety under ThreadSanitizer (TSAN=0 skips)
+if [ "${TSAN:-1}" != 0 ]; then scripts/tsan.sh; fi
+# bounded fuzzing of the value decoder and chunk loading (FUZZ_SECONDS per target, 0 skips)
+if [ "${FUZZ_SECONDS:-30}" != 0 ]; then scripts/fuzz.sh; fi
 for LUA in $runtimes; do
   echo "== $LUA: luarocks make"
   scripts/rock.sh "$LUA"
   echo "== $LUA: busted"
   ( . scripts/luaenv.sh && busted --lua="$LUA" --output=utfTerminal spec )
+  # every outcome under load, balanced counters, flat RSS (SOAK_SECONDS, 0 skips)
+  if [ "${SOAK_SECONDS:-20}" != 0 ]; then scripts/soak.sh "$LUA"; fi
   if [ "$LUA" = luajit ]; then
     echo "== luajit: nginx integration (spec/ngx)"
     scripts/test-ngx.sh

@@ -26,11 +26,13 @@ local function same(a, b, seen)
   return true
 end
 
--- A small seeded generator (not math.random: its sequence differs between runtimes).
+-- A small seeded generator (not math.random: its sequence differs between runtimes). Park-Miller:
+-- every product stays below 2^53, so it is exact in the doubles of Lua 5.1 and LuaJIT too (a
+-- 1103515245 multiplier lost the low bits there: r(256) was always 0 and r(2) never 1).
 local function rng(seed)
   local state = seed
   return function(n)
-    state = (state * 1103515245 + 12345) % 2147483648
+    state = state * 16807 % 2147483647
     return state % n
   end
 end
@@ -50,7 +52,21 @@ local function random_string(r)
 end
 
 local function random_value(r, depth)
-  local kind = r(depth > 0 and 7 or 5)
+  -- wide and deep tables only at the top (depth 4), so that one value stays small enough
+  local kind = r(depth >= 4 and 9 or depth > 0 and 7 or 5)
+  if kind == 7 then -- wide: a long array of scalars and many keys
+    local t = {}
+    for i = 1, 500 + r(1500) do t[i] = r(2) == 0 and i or random_string(r) end
+    for i = 1, r(300) do t["k" .. i] = (r(1000) - 500) / 3 end
+    return t
+  end
+  if kind == 8 then -- deep: a chain of up to 100 levels (the limit) ending in a leaf
+    local t = {}
+    local c = t
+    for _ = 2, 1 + r(100) do c.x = {} c = c.x end
+    c.leaf = random_string(r)
+    return t
+  end
   if kind == 0 then return r(2) == 0 end
   if kind == 1 then return SPECIAL_NUMBERS[r(#SPECIAL_NUMBERS) + 1] end
   if kind == 2 then return r(1000000) - 500000 end

@@ -75,18 +75,41 @@ thread_local! {
 /// Passed to the trampoline through a light userdata; plain data only, since a Lua error may jump
 /// over the frames that use it.
 struct RunCtx {
+    step: Step,
     args: *const u8,
     args_len: usize,
     chunk_id: i64,
     failure: Failure,
 }
 
+/// What the trampoline does. Besides running the call, it does the few things a call needs that
+/// may allocate, so that they too run under `lua_pcall`: in a state at its memory limit, Lua
+/// raises "not enough memory" outside a protected call by ending the process.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Step {
+    /// Find the function and call it with the arguments.
+    Call,
+    /// Push the function name (`args` holds it) and return it.
+    PushName,
+    /// Keep the value passed (what a chunk's top level returned) as loaded chunk `chunk_id`.
+    Store,
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Failure {
     None,
-    NoFunction { global: bool },
+    NoFunction {
+        global: bool,
+    },
     Corrupt(&'static str),
+    /// No stack space left to encode the results (Lua 5.4 reports it as a failed
+    /// `lua_checkstack`, not as an error).
+    OutOfMemory,
 }
+
+/// Stack slots that encoding results may need above them: two per level of nesting, and the
+/// encoder's own margin (see `value::Writer::table`).
+const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 
 impl Child {
     pub fn new(cfg: &Config) -> Result<Child, Error> {
@@ -165,6 +188,10 @@ impl Child {
                 ))
             })?;
         }
+        if cfg.time_limit.is_some() {
+            self.guard_xpcall()
+                .map_err(|m| Error::Spawn(format!("cannot wrap xpcall: {m}")))?;
+        }
         if let Some(init) = &cfg.init {
             self.exec(init, "init").map_err(Error::Init)?;
         }
@@ -184,11 +211,50 @@ impl Child {
         Ok(())
     }
 
+    /// Every Lua runs a message handler with hooks off when the error came from a hook, so an
+    /// `xpcall` handler that never returns would escape the time limit. Wrap `xpcall` so that
+    /// once a limit has tripped the handler is skipped and the limit's error goes on unwinding.
+    fn guard_xpcall(&mut self) -> Result<(), String> {
+        const WRAP: &[u8] = br#"
+local xpcall, type, tripped = xpcall, type, ...
+if type(xpcall) ~= "function" then return end
+_G.xpcall = function(f, handler, ...)
+  if type(handler) ~= "function" then return xpcall(f, handler, ...) end
+  return xpcall(f, function(e)
+    if tripped() then return e end
+    return handler(e)
+  end, ...)
+end
+"#;
+        self.exec_with(WRAP, "=vmpool.xpcall", Some(LIMIT_TRIPPED))
+    }
+
     /// Runs a piece of source in this state (configuration and `init`).
     fn exec(&mut self, source: &[u8], name: &str) -> Result<(), String> {
+        self.exec_with(source, name, None)
+    }
+
+    /// Runs a piece of source, passing it `arg` (a C function) as its argument if given.
+    fn exec_with(
+        &mut self,
+        source: &[u8],
+        name: &str,
+        arg: Option<ffi::lua_CFunction>,
+    ) -> Result<(), String> {
         let st = self.st;
         let rc = st.load_text(source, name);
-        let rc = if rc == 0 { st.pcall(0, 0, MSGH) } else { rc };
+        let rc = if rc == 0 {
+            let nargs = match arg {
+                Some(f) => {
+                    st.push_cclosure(f, 0);
+                    1
+                }
+                None => 0,
+            };
+            st.pcall(nargs, 0, MSGH)
+        } else {
+            rc
+        };
         let result = if rc == 0 {
             Ok(())
         } else {
@@ -222,6 +288,15 @@ impl Child {
                 let result = match self.ensure_loaded(&chunk) {
                     Ok(()) => self.call(&chunk, &mut buf),
                     Err(failed) => failed,
+                };
+                // The hook stops a coroutine that runs too long, but the function that resumed
+                // it may swallow the error and return before the hook fires in its own thread:
+                // a call that tripped a limit fails whatever it returned.
+                let result = if !result.1 && self.limits.tripped.get() != Trip::None {
+                    let function = String::from_utf8_lossy(&self.func).into_owned();
+                    self.limit_outcome(&chunk.name, &function).unwrap_or(result)
+                } else {
+                    result
                 };
                 self.disarm();
                 result
@@ -278,7 +353,21 @@ impl Child {
             st.pop(1);
             st.push_bool(false);
         }
-        st.raw_seti(CHUNKS, id);
+        // storing it may grow the table of chunks: protected (see `Step`)
+        let mut ctx = RunCtx::new(Step::Store, &[], id);
+        st.push_value(TRAMPOLINE);
+        st.insert(-2);
+        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+        st.insert(-2);
+        let rc = st.pcall(2, 0, MSGH);
+        if rc != 0 {
+            let failed = self.failure(rc, &chunk.name, "(top level)", |message| Error::ChunkLoad {
+                chunk: chunk.name.clone(),
+                message,
+            });
+            st.set_top(BASE);
+            return Err(failed);
+        }
         self.loaded.push(chunk.id);
         Ok(())
     }
@@ -301,18 +390,28 @@ impl Child {
 
     fn call(&mut self, chunk: &Chunk, buf: &mut Vec<u8>) -> (Outcome, bool) {
         let st = self.st;
+        let func_name = || String::from_utf8_lossy(&self.func).into_owned();
         if self.func != self.func_in_slot {
-            st.push_bytes(&self.func);
+            // a new string: protected (see `Step`)
+            let mut ctx = RunCtx::new(Step::PushName, &self.func, 0);
+            st.push_value(TRAMPOLINE);
+            st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+            let rc = st.pcall(1, 1, MSGH);
+            if rc != 0 {
+                let failed =
+                    self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
+                        chunk: chunk.name.clone(),
+                        function: func_name(),
+                        message,
+                    });
+                st.set_top(BASE);
+                return failed;
+            }
             st.replace(FUNC_NAME);
             self.func_in_slot.clear();
             self.func_in_slot.extend_from_slice(&self.func);
         }
-        let mut ctx = RunCtx {
-            args: buf.as_ptr(),
-            args_len: buf.len(),
-            chunk_id: chunk.id as i64,
-            failure: Failure::None,
-        };
+        let mut ctx = RunCtx::new(Step::Call, buf, chunk.id as i64);
         let rc = if self.memory_limit.is_none() {
             // Finding the function (raw gets) cannot raise, and pushing the arguments can only
             // raise "not enough memory" without a memory limit, which ends the process anyway:
@@ -341,7 +440,6 @@ impl Child {
             st.push_value(FUNC_NAME);
             st.pcall(2, ffi::LUA_MULTRET, MSGH)
         };
-        let func_name = || String::from_utf8_lossy(&self.func).into_owned();
         if rc != 0 {
             let failed = self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
                 chunk: chunk.name.clone(),
@@ -371,9 +469,37 @@ impl Child {
             Failure::Corrupt(what) => {
                 Outcome::Err(Error::Internal(format!("bad call message: {what}")))
             }
+            Failure::OutOfMemory => {
+                st.set_top(BASE);
+                st.push_str("not enough memory");
+                let failed = self.failure(ffi::LUA_ERRMEM, &chunk.name, &func_name(), |m| {
+                    Error::Runtime {
+                        chunk: chunk.name.clone(),
+                        function: func_name(),
+                        message: m,
+                    }
+                });
+                st.set_top(BASE);
+                return failed;
+            }
         };
         st.set_top(BASE);
         (outcome, false)
+    }
+
+    /// The outcome of a call that tripped the time limit or was interrupted (the state must then
+    /// be replaced), if it did.
+    fn limit_outcome(&self, chunk: &str, function: &str) -> Option<(Outcome, bool)> {
+        let e = match self.limits.tripped.get() {
+            Trip::None => return None,
+            Trip::Time => Error::TimeLimit {
+                chunk: chunk.into(),
+                function: function.into(),
+                seconds: self.time_limit.map_or(0.0, |d| d.as_secs_f64()),
+            },
+            Trip::Cancel => Error::Cancelled,
+        };
+        Some((Outcome::Err(e), true))
     }
 
     /// Turns a failed `lua_pcall` into an outcome; says whether the state must be replaced.
@@ -384,18 +510,8 @@ impl Child {
         function: &str,
         runtime: impl FnOnce(String) -> Error,
     ) -> (Outcome, bool) {
-        let tripped = self.limits.tripped.get();
-        if tripped == Trip::Time {
-            let seconds = self.time_limit.map_or(0.0, |d| d.as_secs_f64());
-            let e = Error::TimeLimit {
-                chunk: chunk.into(),
-                function: function.into(),
-                seconds,
-            };
-            return (Outcome::Err(e), true);
-        }
-        if tripped == Trip::Cancel {
-            return (Outcome::Err(Error::Cancelled), true);
+        if let Some(tripped) = self.limit_outcome(chunk, function) {
+            return tripped;
         }
         if rc == ffi::LUA_ERRMEM {
             if let Some(bytes) = self.memory_limit {
@@ -413,6 +529,18 @@ impl Child {
             None => format!("(error object is a {} value)", self.st.type_name(-1)),
         };
         (Outcome::Err(runtime(message)), false)
+    }
+}
+
+impl RunCtx {
+    fn new(step: Step, args: &[u8], chunk_id: i64) -> RunCtx {
+        RunCtx {
+            step,
+            args: args.as_ptr(),
+            args_len: args.len(),
+            chunk_id,
+            failure: Failure::None,
+        }
     }
 }
 
@@ -460,9 +588,21 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     let st = unsafe { State::from_raw(l) };
     // SAFETY: `Child::call` pushed a pointer to a `RunCtx` that outlives this protected call.
     let ctx = unsafe { &mut *(st.to_userdata(1) as *mut RunCtx) };
-    // SAFETY: `RunCtx` points at the call's argument buffer, which the worker keeps alive and
-    // unchanged during the call.
+    // SAFETY: `RunCtx` points at the call's argument buffer (or the function name), which the
+    // worker keeps alive and unchanged during the call.
     let args = unsafe { std::slice::from_raw_parts(ctx.args, ctx.args_len) };
+    match ctx.step {
+        Step::Call => {}
+        Step::PushName => {
+            st.push_bytes(args);
+            return 1;
+        }
+        Step::Store => {
+            // [ctx, value]
+            st.raw_seti(ffi::lua_upvalueindex(1), ctx.chunk_id);
+            return 0;
+        }
+    }
     st.remove(1); // [name]
     if let Err(global) = find_function(st, ffi::lua_upvalueindex(1), ctx.chunk_id, 1) {
         ctx.failure = Failure::NoFunction { global };
@@ -479,7 +619,22 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     // SAFETY: the function and `nargs` arguments are on the stack; errors propagate to the
     // enclosing `lua_pcall` (see above).
     unsafe { ffi::lua_call(l, nargs, ffi::LUA_MULTRET) };
-    st.top() as isize
+    // The results are encoded after this protected call returns, and nested tables need stack
+    // space for that. Growing the stack there raises "not enough memory" unprotected on Lua 5.1
+    // and LuaJIT (ending the process) in a state at its memory limit; reserve it here instead.
+    // (A `false` from `check_stack` means the stack's size limit on Lua 5.1 and LuaJIT, which
+    // the encoder then reports, but usually no memory on Lua 5.4, which says no instead of
+    // raising.)
+    let n = st.top();
+    if (1..=n).any(|i| st.type_of(i) == TTABLE)
+        && !st.check_stack(ENCODE_STACK)
+        && cfg!(all(feature = "lua54", not(feature = "luajit")))
+        && n < 900_000
+    {
+        ctx.failure = Failure::OutOfMemory;
+        return 0;
+    }
+    n as isize
 }
 
 /// Pushes the function a call names: field `name` (the string at slot `name`) of the table chunk
@@ -527,6 +682,19 @@ fn is_callable(st: State, idx: c_int) -> bool {
             t != TNIL
         }
     }
+}
+
+// `tripped()` in a child: whether the running call hit its time limit or was interrupted (the
+// `xpcall` guard asks it; see `Child::guard_xpcall`).
+crate::lua_function!(fn LIMIT_TRIPPED => limit_tripped);
+fn limit_tripped(st: State) -> Result<c_int, Error> {
+    let tripped = LIMITS.with(|c| {
+        let p = c.get();
+        // SAFETY: as in `limit_hook`: set only while a call is armed on this thread.
+        !p.is_null() && unsafe { (*p).tripped.get() } != Trip::None
+    });
+    st.push_bool(tripped);
+    Ok(1)
 }
 
 /// The count hook behind `time_limit` and cancelling running calls.

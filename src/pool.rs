@@ -31,12 +31,29 @@ pub struct Stats {
     pub waiting: usize,
     pub created: u64,
     pub closed: u64,
+    /// Calls submitted to an open pool; each ends in exactly one of the five counters below.
     pub invokes: u64,
     pub succeeded: u64,
+    /// Calls that reached a state and failed (child errors, time and memory limits), and queued
+    /// calls failed by `close()`.
     pub errors: u64,
+    /// Refused at submit: pool exhausted (`blocking = false`) or queue full (`max_waiting`).
     pub rejected: u64,
+    /// Queued calls that waited longer than `acquire_timeout`.
     pub timeouts: u64,
+    /// Calls cancelled before they started, or interrupted while running.
     pub cancelled: u64,
+}
+
+impl Stats {
+    fn count(&mut self, ended: Ended) {
+        match ended {
+            Ended::Succeeded => self.succeeded += 1,
+            Ended::Failed => self.errors += 1,
+            Ended::Interrupted => self.cancelled += 1,
+            Ended::Skipped => {}
+        }
+    }
 }
 
 /// How a call that reached a state ended, for the counters.
@@ -44,13 +61,16 @@ pub struct Stats {
 pub enum Ended {
     Succeeded,
     Failed,
-    /// The call was cancelled before it ran (the worker found it claimed).
+    /// `fut:cancel()` interrupted the call while it ran.
+    Interrupted,
+    /// The call was cancelled before it ran (the worker found it claimed; `cancel` counted it).
     Skipped,
 }
 
 impl Ended {
     pub fn of(outcome: &Outcome) -> Ended {
         match outcome {
+            Outcome::Err(Error::Cancelled) => Ended::Interrupted,
             Outcome::Err(_) => Ended::Failed,
             _ => Ended::Succeeded,
         }
@@ -292,8 +312,14 @@ impl Pool {
                 call: Some(call),
             }));
         }
-        if g.live_noncore < self.config.max_noncore {
-            g.live_noncore += 1;
+        // fewer core states than configured only after a state could not be replaced: start one
+        let core = g.live_core < self.config.core;
+        if core || g.live_noncore < self.config.max_noncore {
+            if core {
+                g.live_core += 1;
+            } else {
+                g.live_noncore += 1;
+            }
             g.busy += 1;
             g.stats.created += 1;
             g.next_worker += 1;
@@ -301,7 +327,7 @@ impl Pool {
             drop(g);
             call.set_phase(ASSIGNED);
             // a failed start finishes the call with the error: the caller sees it as the outcome
-            let _ = self.spawn_worker(id, false, Some(call), None);
+            let _ = self.spawn_worker(id, core, Some(call), None);
             return Ok(None);
         }
         if !self.config.blocking {
@@ -350,11 +376,7 @@ impl Pool {
     /// call, park it as idle, or let it exit.
     pub fn release(&self, me: &Arc<Mailbox>, core: bool, ended: Ended) -> Next {
         let mut g = self.inner.lock();
-        match ended {
-            Ended::Succeeded => g.stats.succeeded += 1,
-            Ended::Failed => g.stats.errors += 1,
-            Ended::Skipped => {}
-        }
+        g.stats.count(ended);
         while let Some(next) = g.waiting.pop_front() {
             if next.transition(QUEUED, RUNNING) {
                 g.waiting_live -= 1;
@@ -406,14 +428,12 @@ impl Pool {
         g.stats.closed += 1;
     }
 
-    /// A worker lost its state (a replacement could not be created) and exits.
-    pub fn worker_lost(&self, core: bool, ended: Ended) {
+    /// A worker lost its state (a replacement could not be created) and exits. A new state is
+    /// started at once for the oldest waiting call, if any (it may fail the same way, and then
+    /// that call gets the error); otherwise the next `submit` starts one (`core` is a floor).
+    pub fn worker_lost(self: &Arc<Pool>, core: bool, ended: Ended) {
         let mut g = self.inner.lock();
-        match ended {
-            Ended::Succeeded => g.stats.succeeded += 1,
-            Ended::Failed => g.stats.errors += 1,
-            Ended::Skipped => {}
-        }
+        g.stats.count(ended);
         if core {
             g.live_core -= 1;
         } else {
@@ -421,6 +441,27 @@ impl Pool {
         }
         g.busy -= 1;
         g.stats.closed += 1;
+        if g.closed {
+            return;
+        }
+        while let Some(next) = g.waiting.pop_front() {
+            if next.transition(QUEUED, ASSIGNED) {
+                g.waiting_live -= 1;
+                if core {
+                    g.live_core += 1;
+                } else {
+                    g.live_noncore += 1;
+                }
+                g.busy += 1;
+                g.stats.created += 1;
+                g.next_worker += 1;
+                let id = g.next_worker;
+                drop(g);
+                // a failed start finishes the call with the error
+                let _ = self.spawn_worker(id, core, Some(next), None);
+                return;
+            }
+        }
     }
 
     /// A core worker finished creating its state at `new()`: it becomes idle.
@@ -555,15 +596,16 @@ impl Pool {
     }
 
     /// Closes the pool: queued calls fail with "pool is closed", running calls finish, then every
-    /// state is closed and every thread joined. Idempotent. After a `fork`, only marks the pool
-    /// closed (its threads do not exist in this process).
+    /// state is closed and every thread joined. Idempotent. After a `fork` it does nothing: the
+    /// pool's threads do not exist in this process, and its locks may have been copied while one
+    /// of them held them (nothing here would ever unlock them).
     pub fn close(&self) {
-        let forked = self.check_process().is_err();
+        if self.check_process().is_err() {
+            return;
+        }
         let mut g = self.inner.lock();
         if g.closed {
-            if !forked {
-                self.join_all(g);
-            }
+            self.join_all(g);
             return;
         }
         g.closed = true;
@@ -574,9 +616,6 @@ impl Pool {
                 g.stats.errors += 1;
                 queued.push(call);
             }
-        }
-        if forked {
-            return;
         }
         for mb in std::mem::take(&mut g.idle_core) {
             g.live_core -= 1;

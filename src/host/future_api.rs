@@ -132,6 +132,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn cancel => cancel_impl);
 fn cancel_impl(st: State) -> Result<c_int, Error> {
     let f = handle(st)?;
+    f.pool.check_process()?;
     let cancelled = f.pool.cancel(f.call());
     if !cancelled && f.call().phase() == RUNNING {
         // interrupted at the child's next hook check (pools with a time_limit)

@@ -250,6 +250,7 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn stats => stats_impl);
 fn stats_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
+    h.pool.check_process()?;
     let s = h.pool.stats();
     st.create_table(0, 13);
     let fields: [(&str, u64); 13] = [
@@ -297,6 +298,9 @@ fn gc_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn tostring => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
     let text = match userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
+        Some(h) if !h.closed && h.pool.check_process().is_err() => {
+            "vmpool.pool (created in another process)".to_string()
+        }
         Some(h) if !h.closed => {
             let s = h.pool.stats();
             format!(

@@ -1,0 +1,79 @@
+-- Faults the pool does not cause but must survive: threads or states that cannot be created. Run
+-- in a forked child whose address space is capped, so new thread stacks cannot be mapped (needs
+-- lua-posix: Lua 5.1 and LuaJIT). Each case must end with every call's outcome, balanced stats
+-- and no thread left behind, never with a hang.
+local vmpool = require "vmpool"
+local Gate = require "spec.support.gate"
+local Child = require "spec.support.child"
+
+describe("when the system refuses new threads", function()
+  if not Child.available then
+    pending("needs lua-posix (Lua 5.1 / LuaJIT)")
+    return
+  end
+
+  it("vmpool.new fails with 'cannot create a pool state' and leaves no thread", function()
+    local report, how, code = Child.run(function()
+      local before = Gate.threads()
+      Child.cap_address_space(1024 * 1024)
+      local ok, err = pcall(vmpool.new, { core = 64 })
+      assert(not ok, "64 states started in a capped address space")
+      return err .. "\nthreads " .. before .. " -> " .. Gate.threads()
+    end)
+    assert.are.equal("exited", how, report)
+    assert.are.equal(0, code, report)
+    assert.matches("^vmpool: cannot create a pool state: cannot start [%w%- ]+ thread: ", report)
+    local before, after = report:match("threads (%d+) %-> (%d+)")
+    assert.are.equal(before, after)
+  end)
+
+  it("a non-core state that cannot start fails its own call only; the pool recovers", function()
+    local report, how, code = Child.run(function()
+      local gate = Gate.new()
+      local before = Gate.threads()
+      local pool = vmpool.new { core = 1, max_noncore = math.huge, idle_timeout = 0, init = Gate.CHILD }
+      pool:compile("g", "return { gate = gate, echo = function(...) return ... end }")
+      local first = pool:submit("g", "gate", gate.port, "core")
+      gate:arrivals(1)
+      Child.cap_address_space(1024 * 1024)
+      -- threads that exited earlier leave their stacks in the C library's cache, and a new thread
+      -- can reuse one without mapping memory: hold every state that does start inside the gate
+      -- until starting one fails
+      local held, refused = {}, 0
+      for i = 1, 100 do
+        local fut = pool:submit("g", "gate", gate.port, i)
+        if fut:ready() then -- a state that cannot start fails its call at once
+          local ok, err = pcall(fut.wait, fut)
+          assert(not ok and err:match("^vmpool: cannot create a pool state: "), tostring(err))
+          refused = refused + 1
+          if refused == 5 then break end
+        else
+          held[#held + 1] = { fut, i }
+        end
+      end
+      assert(refused == 5, "every state started in a capped address space")
+      gate:arrivals(#held)
+      Child.cap_address_space(nil)
+      local futs = {}
+      for i = 1, 4 do futs[i] = pool:submit("g", "gate", gate.port, i) end
+      gate:arrivals(4)
+      gate:release()
+      assert(first:wait(10) == "core")
+      for i = 1, 4 do assert(futs[i]:wait(10) == i) end
+      for _, h in ipairs(held) do assert(h[1]:wait(10) == h[2]) end
+      local s = pool:stats()
+      assert(s.busy == 0 and s.waiting == 0, "busy " .. s.busy)
+      assert(s.invokes == s.succeeded + s.errors + s.rejected + s.timeouts + s.cancelled, "unbalanced")
+      assert(s.core + s.noncore == s.created - s.closed, "states")
+      assert(s.errors == refused and s.succeeded == 5 + #held, "outcomes")
+      pool:close()
+      gate:close()
+      return ("refused %d threads %d -> %d"):format(refused, before, Gate.threads())
+    end, 30)
+    assert.are.equal("exited", how, report)
+    assert.are.equal(0, code, report)
+    local refused, before, after = report:match("refused (%d+) threads (%d+) %-> (%d+)")
+    assert.are.equal("5", refused)
+    assert.are.equal(before, after)
+  end)
+end)

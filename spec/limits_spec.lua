@@ -1,0 +1,435 @@
+-- Execution limits and what they promise: time_limit, memory_limit, max_waiting, cancelling
+-- queued and running calls, and shutdown with calls in flight. Every wait is bounded; states are
+-- held busy with gates (spec/support/gate.lua), never with sleeps.
+local vmpool = require "vmpool"
+local Gate = require "spec.support.gate"
+local Child = require "spec.support.child"
+
+local IS_LUAJIT = vmpool.runtime == "LuaJIT"
+
+local RUNAWAY = [[
+function spin() while true do end end
+function pspin() while true do pcall(function() while true do end end) end end
+function xspin()
+  while true do xpcall(function() while true do end end, function() while true do end end) end
+end
+function co_spin()
+  coroutine.resume(coroutine.create(function() while true do end end))
+  return "escaped"
+end
+function gated_spin(port) gate(port) while true do end end
+function echo(...) return ... end
+function jit_on() return jit and jit.status() end
+function count(n) local x = 0 for i = 1, n do x = x + i end return x end
+]]
+
+local function check_balanced(pool)
+  local s = pool:stats()
+  assert.are.equal(0, s.busy)
+  assert.are.equal(0, s.waiting)
+  assert.are.equal(s.core + s.noncore, s.created - s.closed)
+  assert.are.equal(s.invokes, s.succeeded + s.errors + s.rejected + s.timeouts + s.cancelled)
+  return s
+end
+
+describe("time_limit", function()
+  local pool
+  before_each(function()
+    pool = vmpool.new { core = 1, time_limit = 0.1, init = Gate.CHILD }
+    pool:compile("r", RUNAWAY)
+  end)
+  after_each(function() pool:close() end)
+
+  for _, f in ipairs { "spin", "pspin", "xspin", "co_spin" } do
+    it("stops " .. f .. " with 'time limit exceeded' and replaces the state", function()
+      local t0 = vmpool.clock()
+      local ok, err = pcall(pool.invoke, pool, "r", f)
+      local took = vmpool.clock() - t0
+      assert.is_false(ok)
+      assert.matches("^vmpool: time limit exceeded: r:" .. f .. " ran longer than 0.1s %(the state was replaced; "
+        .. "raise time_limit or make the call shorter%)$", err)
+      assert.is_true(took >= 0.1, "stopped after " .. took)
+      assert.is_true(took < 5, "stopped after " .. took)
+      local s = check_balanced(pool)
+      assert.are.equal(1, s.core)
+      assert.are.equal(2, s.created)
+      assert.are.equal(1, s.closed)
+      assert.are.equal(1, s.errors)
+      assert.are.equal("alive", pool:invoke("r", "echo", "alive"))
+    end)
+  end
+
+  it("also stops a future's call; the caller need not be waiting", function()
+    local fut = pool:submit("r", "spin")
+    assert.is_truthy(Gate.eventually(function() return fut:ready() end))
+    local ok, err = pcall(fut.wait, fut)
+    assert.is_false(ok)
+    assert.matches("^vmpool: time limit exceeded: r:spin", err)
+  end)
+
+  it("leaves calls within the limit alone, and their states too", function()
+    for i = 1, 50 do assert.are.equal(i * (i + 1) / 2, pool:invoke("r", "count", i)) end
+    local s = check_balanced(pool)
+    assert.are.equal(0, s.closed)
+  end)
+
+  it("times each call on its own: queued time does not count", function()
+    local gate = Gate.new()
+    local held = pool:submit("r", "gate", gate.port, "held")
+    gate:arrivals(1)
+    local queued = pool:submit("r", "count", 1000)
+    -- the queued call waits longer than time_limit before it starts, then runs well within it
+    local t0 = vmpool.clock()
+    while vmpool.clock() - t0 < 0.15 do assert.is_false(queued:ready()) end
+    gate:release()
+    assert.are.equal("held", held:wait(10))
+    assert.are.equal(500500, queued:wait(10))
+    gate:close()
+  end)
+
+  it("is off with 0, and with math.huge only allows interrupting running calls", function()
+    local p = vmpool.new { core = 1, time_limit = 0 }
+    p:compile("r", RUNAWAY)
+    assert.are.equal(5050, p:invoke("r", "count", 100))
+    p:close()
+    p = vmpool.new { core = 1, time_limit = math.huge }
+    p:compile("r", RUNAWAY)
+    assert.are.equal(5050, p:invoke("r", "count", 100))
+    p:close()
+    local ok, err = pcall(vmpool.new, { time_limit = -1 })
+    assert.is_false(ok)
+    assert.matches("^vmpool: option 'time_limit' to vmpool.new must be a non%-negative number of seconds", err)
+  end)
+end)
+
+describe("the jit option", function()
+  if IS_LUAJIT then
+    it("defaults to off in children of pools with a time limit, on otherwise", function()
+      local p = vmpool.new { core = 1, time_limit = 1 }
+      p:compile("r", RUNAWAY)
+      assert.is_false(p:invoke("r", "jit_on"))
+      p:close()
+      p = vmpool.new { core = 1 }
+      p:compile("r", RUNAWAY)
+      assert.is_true(p:invoke("r", "jit_on"))
+      p:close()
+      p = vmpool.new { core = 1, jit = false }
+      p:compile("r", RUNAWAY)
+      assert.is_false(p:invoke("r", "jit_on"))
+      p:close()
+    end)
+
+    it("cannot be true together with a time limit (compiled loops skip the hook)", function()
+      for _, limit in ipairs { 1, math.huge } do
+        local ok, err = pcall(vmpool.new, { core = 1, time_limit = limit, jit = true })
+        assert.is_false(ok)
+        assert.matches("^vmpool: option 'time_limit' to vmpool.new needs jit = false on LuaJIT %(compiled loops do "
+          .. "not run the hook that enforces it%); leave 'jit' unset or set it to false$", err)
+      end
+      local p = vmpool.new { core = 1, time_limit = 1, jit = false }
+      p:close()
+    end)
+  else
+    it("is accepted and has no effect on " .. vmpool.runtime, function()
+      local p = vmpool.new { core = 1, time_limit = 0.05, jit = true }
+      p:compile("r", RUNAWAY)
+      assert.is_nil(p:invoke("r", "jit_on"))
+      local ok, err = pcall(p.invoke, p, "r", "spin")
+      assert.is_false(ok)
+      assert.matches("^vmpool: time limit exceeded", err)
+      p:close()
+    end)
+  end
+end)
+
+describe("memory_limit", function()
+  local LIMIT = 8 * 1024 * 1024
+  local HOG = [[
+    function hog() local t = {} for i = 1, 1e9 do t[i] = i end end
+    function big() return #string.rep("x", 64 * 1024 * 1024) end
+    function caught() return pcall(string.rep, "x", 64 * 1024 * 1024) end
+    function len(s) return #s end
+    function blob(n) return string.rep("y", n) end
+  ]]
+  local pool
+  before_each(function()
+    pool = vmpool.new { core = 1, memory_limit = LIMIT }
+    pool:compile("m", HOG)
+  end)
+  after_each(function() pool:close() end)
+
+  for _, f in ipairs { "hog", "big" } do
+    it("fails " .. f .. " with 'memory limit exceeded' and replaces the state", function()
+      local host_kb = collectgarbage("count")
+      local ok, err = pcall(pool.invoke, pool, "m", f)
+      assert.is_false(ok)
+      assert.matches("^vmpool: memory limit exceeded: m:" .. f .. " needed more than " .. LIMIT
+        .. " bytes %(the state was replaced; raise memory_limit or use less memory%)$", err)
+      local s = check_balanced(pool)
+      assert.are.equal(1, s.core)
+      assert.are.equal(2, s.created)
+      assert.are.equal(1, s.closed)
+      assert.are.equal(3, pool:invoke("m", "len", "abc"))
+      -- the host's own heap did not take the child's allocations
+      assert.is_true(collectgarbage("count") < host_kb + 1024)
+    end)
+  end
+
+  it("counts the arguments a state receives", function()
+    local ok, err = pcall(pool.invoke, pool, "m", "len", string.rep("z", 2 * LIMIT))
+    assert.is_false(ok)
+    assert.matches("^vmpool: memory limit exceeded: m:len", err)
+    assert.are.equal(1, pool:invoke("m", "len", "z"))
+  end)
+
+  it("lets a child that catches the refused allocation go on (nothing was exceeded)", function()
+    local ok, err = pool:invoke("m", "caught")
+    assert.is_false(ok)
+    assert.matches("not enough memory", err)
+    assert.are.equal(0, pool:stats().closed)
+  end)
+
+  it("does not count results once they left the state (they are copied out of Lua)", function()
+    for _ = 1, 20 do assert.are.equal(LIMIT / 4, #pool:invoke("m", "blob", LIMIT / 4)) end
+    assert.are.equal(0, pool:stats().closed)
+  end)
+
+  it("survives a state that is full between calls: nested results, new names, new chunks", function()
+    -- everything the pool does in a state outside the call itself must not allocate where running
+    -- out of memory ends the process (Lua 5.1 and LuaJIT: growing the stack to encode nested
+    -- results). Where lua-posix can fork, run it in a child so that a crash is a failure here.
+    local function scenario()
+      local p = vmpool.new { core = 1, memory_limit = 2 * 1024 * 1024 }
+      p:compile("m", [[
+        local function add(size) hoard = { hoard, string.rep("x", size) } end
+        function fill()
+          hoard = nil
+          collectgarbage()
+          for _, size in ipairs { 4096, 256, 16, 0 } do while pcall(add, size) do end end
+        end
+        function nested(d) local t = {} local c = t for _ = 1, d do c.x = {} c = c.x end fill() return t end
+      ]])
+      local outcomes = {}
+      for _, depth in ipairs { 10, 50, 99 } do
+        local ok, r = pcall(p.invoke, p, "m", "nested", depth)
+        outcomes[#outcomes + 1] = ok and type(r) or r:match("^vmpool: memory limit exceeded") and "limit" or r
+      end
+      p:close()
+      return table.concat(outcomes, " ")
+    end
+    local report
+    if Child.available then
+      pool:close() -- fork with no other pool's threads around
+      local how, code
+      report, how, code = Child.run(scenario, 60)
+      assert.are.equal("exited", how, report)
+      assert.are.equal(0, code, report)
+    else
+      report = scenario()
+    end
+    for word in report:gmatch("%S+") do
+      assert.is_true(word == "table" or word == "limit", report)
+    end
+  end)
+
+  it("refuses a limit below what a fresh state needs, and 0 means none", function()
+    local ok, err = pcall(vmpool.new, { core = 1, memory_limit = 1000 })
+    assert.is_false(ok)
+    assert.matches("^vmpool: memory_limit = 1000 is too small: a new state already uses %d+ bytes", err)
+    local p = vmpool.new { core = 1, memory_limit = 0 }
+    p:compile("m", HOG)
+    assert.are.equal(32 * 1024 * 1024, #p:invoke("m", "blob", 32 * 1024 * 1024))
+    p:close()
+  end)
+end)
+
+describe("max_waiting", function()
+  local gate, pool
+  before_each(function()
+    gate = Gate.new()
+    pool = vmpool.new { core = 1, max_waiting = 2, init = Gate.CHILD }
+    pool:compile("r", RUNAWAY)
+  end)
+  after_each(function()
+    gate:close()
+    pool:close()
+  end)
+
+  it("rejects callers beyond it with 'queue full', counted in stats().rejected", function()
+    local held = pool:submit("r", "gate", gate.port, "held")
+    gate:arrivals(1)
+    local q = { pool:submit("r", "echo", 1), pool:submit("r", "echo", 2) }
+    for i = 1, 3 do
+      local ok, err = pcall(pool.invoke, pool, "r", "echo", "refused")
+      assert.is_false(ok)
+      assert.matches("^vmpool: queue full: 2 callers are already waiting for a state %(raise max_waiting or the pool "
+        .. "size%)$", err)
+      assert.are.equal(i, pool:stats().rejected)
+    end
+    -- a cancelled waiter frees its place at once
+    assert.is_true(q[1]:cancel())
+    local q3 = pool:submit("r", "echo", 3)
+    assert.is_false(pcall(pool.submit, pool, "r", "echo", 4))
+    gate:release()
+    assert.are.equal("held", held:wait(10))
+    assert.are.equal(2, q[2]:wait(10))
+    assert.are.equal(3, q3:wait(10))
+    local s = check_balanced(pool)
+    assert.are.equal(4, s.rejected)
+    assert.are.equal(1, s.cancelled)
+    assert.are.equal(3, s.succeeded)
+  end)
+
+  it("rejects coroutines under vmpool.run the same way", function()
+    local held = pool:submit("r", "gate", gate.port, "held")
+    gate:arrivals(1)
+    local outcomes = {}
+    vmpool.run(function()
+      for i = 1, 5 do
+        vmpool.spawn(function()
+          if i <= 2 then -- queued (no pcall: Lua 5.1 cannot yield across it)
+            outcomes[i] = pool:co_invoke("r", "echo", i)
+          else -- refused at once, before any yield
+            local ok, err = pcall(pool.co_invoke, pool, "r", "echo", i)
+            outcomes[i] = not ok and err:match("^vmpool: queue full") and "full" or tostring(err)
+          end
+        end)
+      end
+      vmpool.spawn(function()
+        -- every coroutine has submitted (two queued, three refused) before this one runs
+        assert(pool:stats().waiting == 2)
+        gate:release()
+      end)
+    end)
+    assert.are.same({ 1, 2, "full", "full", "full" }, outcomes)
+    assert.are.equal("held", held:wait(10))
+  end)
+end)
+
+describe("fut:cancel()", function()
+  local gate
+  before_each(function() gate = Gate.new() end)
+  after_each(function() gate:close() end)
+
+  it("stops a call before it starts: it never runs, whatever the race with the worker", function()
+    local pool = vmpool.new { core = 1 }
+    pool:compile("c", "ran = 0 function mark() ran = ran + 1 return ran end function get() return ran end")
+    local ran, cancelled = 0, 0
+    for _ = 1, 500 do
+      local fut = pool:submit("c", "mark")
+      if fut:cancel() then
+        cancelled = cancelled + 1
+        local ok, err = pcall(fut.wait, fut)
+        assert.is_false(ok)
+        assert.are.equal("vmpool: call was cancelled", err)
+      else
+        ran = ran + 1
+        assert.are.equal(ran, fut:wait(10))
+      end
+    end
+    assert.are.equal(ran, pool:invoke("c", "get"))
+    local s = check_balanced(pool)
+    assert.are.equal(cancelled, s.cancelled)
+    pool:close()
+  end)
+
+  it("interrupts a running call in a pool with a time limit (math.huge: no deadline)", function()
+    local pool = vmpool.new { core = 1, time_limit = math.huge, init = Gate.CHILD }
+    pool:compile("r", RUNAWAY)
+    local fut = pool:submit("r", "gated_spin", gate.port)
+    gate:arrivals(1)
+    gate:release() -- the call now spins
+    assert.is_false(fut:cancel()) -- it had started: false, but it is interrupted
+    local ok, err = pcall(fut.wait, fut, 10)
+    assert.is_false(ok)
+    assert.are.equal("vmpool: call was cancelled", err)
+    local s = check_balanced(pool)
+    assert.are.equal(1, s.cancelled)
+    assert.are.equal(0, s.errors)
+    assert.are.equal(1, s.closed) -- the interrupted state was replaced
+    assert.are.equal(1, s.core)
+    assert.are.equal("next", pool:invoke("r", "echo", "next"))
+    pool:close()
+  end)
+
+  it("cannot interrupt a running call in a pool without a time limit: the call finishes", function()
+    local pool = vmpool.new { core = 1, init = Gate.CHILD }
+    pool:compile("r", RUNAWAY)
+    local fut = pool:submit("r", "gate", gate.port, "finished")
+    gate:arrivals(1)
+    assert.is_false(fut:cancel())
+    gate:release()
+    assert.are.equal("finished", fut:wait(10))
+    assert.is_false(fut:cancel()) -- done: nothing to cancel
+    local s = check_balanced(pool)
+    assert.are.equal(0, s.cancelled)
+    pool:close()
+  end)
+end)
+
+describe("shutdown with calls in flight", function()
+  it("close(): running calls end (here by their time limit), queued ones fail, no thread remains", function()
+    local before = Gate.threads()
+    local pool = vmpool.new { core = 2, time_limit = 0.2 }
+    pool:compile("r", RUNAWAY)
+    local running = { pool:submit("r", "spin"), pool:submit("r", "pspin") }
+    local queued = {}
+    for i = 1, 5 do queued[i] = pool:submit("r", "echo", i) end
+    assert.are.equal(5, pool:stats().waiting)
+    local t0 = vmpool.clock()
+    pool:close()
+    assert.is_true(vmpool.clock() - t0 < 5)
+    for _, fut in ipairs(running) do
+      assert.is_true(fut:ready())
+      local ok, err = pcall(fut.wait, fut)
+      assert.is_false(ok)
+      assert.matches("^vmpool: time limit exceeded", err)
+    end
+    for _, fut in ipairs(queued) do
+      assert.is_true(fut:ready())
+      local ok, err = pcall(fut.wait, fut)
+      assert.is_false(ok)
+      assert.matches("^vmpool: pool is closed %(create a new pool with vmpool.new%)$", err)
+    end
+    local s = pool:stats()
+    assert.are.equal(0, s.core + s.noncore + s.busy + s.waiting + s.idle)
+    assert.are.equal(s.created, s.closed)
+    assert.are.equal(s.invokes, s.succeeded + s.errors + s.rejected + s.timeouts + s.cancelled)
+    assert.are.equal(before, Gate.threads())
+  end)
+
+  it("garbage collection without close() does the same", function()
+    collectgarbage()
+    local before = Gate.threads()
+    local running, queued
+    do
+      local pool = vmpool.new { core = 1, max_noncore = 1, time_limit = 0.2, idle_timeout = 60 }
+      pool:compile("r", RUNAWAY)
+      running = { pool:submit("r", "spin"), pool:submit("r", "xspin") }
+      queued = pool:submit("r", "echo", 1)
+      assert.is_true(Gate.threads() >= before + 3)
+    end
+    collectgarbage()
+    collectgarbage()
+    for _, fut in ipairs(running) do
+      assert.is_true(fut:ready())
+      assert.matches("^vmpool: time limit exceeded", select(2, pcall(fut.wait, fut)))
+    end
+    assert.is_true(queued:ready())
+    assert.matches("^vmpool: pool is closed", select(2, pcall(queued.wait, queued)))
+    assert.are.equal(before, Gate.threads())
+  end)
+
+  it("calls submitted after close() fail at once; close() is idempotent", function()
+    local pool = vmpool.new { core = 1 }
+    pool:compile("r", RUNAWAY)
+    pool:close()
+    pool:close()
+    local ok, err = pcall(pool.submit, pool, "r", "echo")
+    assert.is_false(ok)
+    assert.matches("^vmpool: pool is closed", err)
+    ok, err = pcall(vmpool.run, function() return pool:co_invoke("r", "echo") end)
+    assert.is_false(ok)
+    assert.matches("vmpool: pool is closed", err)
+  end)
+end)

@@ -1,0 +1,250 @@
+-- Every error message vmpool can raise (the variants of src/error.rs), each triggered the way a
+-- user would meet it and matched in full: it starts with "vmpool:", says what was wrong and what to
+-- do. The first test reads src/error.rs and fails if a variant has no case here.
+local vmpool = require "vmpool"
+local Gate = require "spec.support.gate"
+local Child = require "spec.support.child"
+
+local IS_LUAJIT = vmpool.runtime == "LuaJIT"
+
+local function err_of(f, ...)
+  local ok, err = pcall(f, ...)
+  assert(not ok, "expected an error")
+  assert.is_string(err) -- a plain string, not an mlua userdata
+  return err
+end
+
+local function with_pool(opts, src, body)
+  local pool = vmpool.new(opts)
+  if src then pool:compile("c", src) end
+  local ok, err = pcall(body, pool)
+  pool:close()
+  assert(ok, err)
+end
+
+-- variant name -> function that triggers it and checks the text (nil for a variant no user
+-- action can reach, with the reason)
+local cases = {}
+local unreachable = {
+  Internal = "raised only if the pool's own invariants break: 'internal error (please report it)'",
+}
+
+cases.BadArgument = function()
+  assert.matches("^vmpool: unknown option 'cores' to vmpool.new %(known options: core, max_noncore, ",
+    err_of(vmpool.new, { cores = 1 }))
+  assert.matches("^vmpool: option 'core' to vmpool.new must be a non%-negative integer %(got string%)$",
+    err_of(vmpool.new, { core = "1" }))
+  with_pool({ core = 1 }, nil, function(pool)
+    assert.matches("^vmpool: bad argument #1 to 'invoke': expected a chunk name %(string%), got no value$",
+      err_of(pool.invoke, pool))
+  end)
+end
+
+cases.Syntax = function()
+  with_pool({ core = 1 }, nil, function(pool)
+    assert.matches("^vmpool: cannot compile chunk 'bad': bad:1: .+ %(fix the Lua source and compile again%)$",
+      err_of(pool.compile, pool, "bad", "x ="))
+  end)
+end
+
+cases.UnknownChunk = function()
+  with_pool({ core = 1 }, nil, function(pool)
+    assert.are.equal("vmpool: unknown chunk 'nope' (compile it first with pool:compile(name, source))",
+      err_of(pool.invoke, pool, "nope", "f"))
+  end)
+end
+
+cases.NoFunction = function()
+  with_pool({ core = 1 }, "function f() end", function(pool)
+    assert.are.equal("vmpool: chunk 'c' has no function 'g' (it returned no table and defines no such global; "
+      .. "check the name)", err_of(pool.invoke, pool, "c", "g"))
+    pool:compile("t", "return { f = function() end }")
+    assert.are.equal("vmpool: chunk 't' has no function 'g' (neither the table it returned nor the globals have "
+      .. "one; check the name)", err_of(pool.invoke, pool, "t", "g"))
+  end)
+end
+
+cases.ChunkLoad = function()
+  with_pool({ core = 1 }, "error('broken top level', 0)", function(pool)
+    assert.matches("^vmpool: chunk 'c' failed while a state ran its top level: broken top level",
+      err_of(pool.invoke, pool, "c", "f"))
+  end)
+end
+
+cases.Init = function()
+  assert.matches("^vmpool: the init code failed in a new state: .*no database",
+    err_of(vmpool.new, { core = 1, init = "error('no database')" }))
+end
+
+cases.Runtime = function()
+  with_pool({ core = 1 }, "function f() error('went wrong') end", function(pool)
+    assert.matches("^vmpool: error in c:f: c:1: went wrong\nstack traceback:\n", err_of(pool.invoke, pool, "c", "f"))
+  end)
+end
+
+cases.Unsupported = function()
+  with_pool({ core = 1 }, "function echo(...) return ... end function give() return print end", function(pool)
+    assert.are.equal("vmpool: cannot pass argument #1 to 'echo': a function value at .x (only nil, boolean, "
+      .. "number, string and non-cyclic tables of them up to 100 levels deep can cross between states)",
+      err_of(pool.invoke, pool, "c", "echo", { x = print }))
+    assert.matches("^vmpool: cannot pass result #1 of 'give': a function value %(only nil",
+      err_of(pool.invoke, pool, "c", "give"))
+  end)
+end
+
+cases.TimeLimit = function()
+  with_pool({ core = 1, time_limit = 0.05 }, "function f() while true do end end", function(pool)
+    assert.are.equal("vmpool: time limit exceeded: c:f ran longer than 0.05s (the state was replaced; raise "
+      .. "time_limit or make the call shorter)", err_of(pool.invoke, pool, "c", "f"))
+  end)
+end
+
+cases.MemoryLimit = function()
+  with_pool({ core = 1, memory_limit = 4194304 }, "function f() return string.rep('x', 2^26) end", function(pool)
+    assert.are.equal("vmpool: memory limit exceeded: c:f needed more than 4194304 bytes (the state was "
+      .. "replaced; raise memory_limit or use less memory)", err_of(pool.invoke, pool, "c", "f"))
+  end)
+end
+
+cases.Cancelled = function()
+  local gate = Gate.new()
+  with_pool({ core = 1, init = Gate.CHILD }, "return { gate = gate }", function(pool)
+    local held = pool:submit("c", "gate", gate.port)
+    gate:arrivals(1)
+    local fut = pool:submit("c", "gate", gate.port)
+    assert.is_true(fut:cancel())
+    assert.are.equal("vmpool: call was cancelled", err_of(fut.wait, fut))
+    gate:release()
+    held:wait(10)
+  end)
+  gate:close()
+end
+
+cases.Closed = function()
+  local pool = vmpool.new { core = 1 }
+  pool:close()
+  assert.are.equal("vmpool: pool is closed (create a new pool with vmpool.new)", err_of(pool.compile, pool, "c", ""))
+end
+
+cases.Exhausted = function()
+  local gate = Gate.new()
+  with_pool({ core = 1, blocking = false, init = Gate.CHILD }, "return { gate = gate }", function(pool)
+    local held = pool:submit("c", "gate", gate.port)
+    gate:arrivals(1)
+    assert.are.equal("vmpool: pool exhausted: all 1 states are busy and blocking = false (raise core or "
+      .. "max_noncore, or set blocking = true)", err_of(pool.invoke, pool, "c", "gate"))
+    gate:release()
+    held:wait(10)
+  end)
+  gate:close()
+end
+
+cases.QueueFull = function()
+  local gate = Gate.new()
+  with_pool({ core = 1, max_waiting = 0, init = Gate.CHILD }, "return { gate = gate }", function(pool)
+    local held = pool:submit("c", "gate", gate.port)
+    gate:arrivals(1)
+    assert.are.equal("vmpool: queue full: 0 callers are already waiting for a state (raise max_waiting or the "
+      .. "pool size)", err_of(pool.invoke, pool, "c", "gate"))
+    gate:release()
+    held:wait(10)
+  end)
+  gate:close()
+end
+
+cases.AcquireTimeout = function()
+  local gate = Gate.new()
+  with_pool({ core = 1, acquire_timeout = 0.02, init = Gate.CHILD }, "return { gate = gate }", function(pool)
+    local held = pool:submit("c", "gate", gate.port)
+    gate:arrivals(1)
+    assert.are.equal("vmpool: timed out after 0.02s waiting for a free state (raise acquire_timeout, core or "
+      .. "max_noncore)", err_of(pool.invoke, pool, "c", "gate"))
+    gate:release()
+    held:wait(10)
+  end)
+  gate:close()
+end
+
+cases.WaitTimeout = function()
+  local gate = Gate.new()
+  with_pool({ core = 1, init = Gate.CHILD }, "return { gate = gate }", function(pool)
+    local fut = pool:submit("c", "gate", gate.port, "late")
+    gate:arrivals(1)
+    local r, err = fut:wait(0.01)
+    assert.is_nil(r)
+    assert.are.equal("vmpool: timed out after 0.01s waiting for the call to finish (it is still running; wait "
+      .. "again or cancel it)", err)
+    gate:release()
+    assert.are.equal("late", fut:wait(10))
+  end)
+  gate:close()
+end
+
+cases.WrongProcess = function()
+  if not Child.available then
+    pending("needs lua-posix to fork (Lua 5.1 / LuaJIT); tests/fork.rs checks this message on Lua 5.4")
+    return
+  end
+  with_pool({ core = 1 }, "function f() end", function(pool)
+    local parent = Child.pid()
+    local report = Child.run(function() return select(2, pcall(pool.invoke, pool, "c", "f")) end)
+    assert.are.equal("vmpool: pool was created in another process (pid " .. parent .. "); create pools in the "
+      .. "process that uses them (in OpenResty: in init_worker_by_lua or lazily, not in init_by_lua)", report)
+  end)
+end
+
+cases.Spawn = function()
+  if not Child.available then
+    pending("needs lua-posix to cap a forked child's address space (Lua 5.1 / LuaJIT)")
+    return
+  end
+  local report = Child.run(function()
+    Child.cap_address_space(1024 * 1024)
+    return select(2, pcall(vmpool.new, { core = 64 }))
+  end)
+  assert.matches("^vmpool: cannot create a pool state: cannot start [%w%- ]+ thread: ", report)
+end
+
+describe("error messages", function()
+  it("has a case for every variant of src/error.rs", function()
+    local f = assert(io.open("src/error.rs"))
+    local src = f:read("*a")
+    f:close()
+    local display = assert(src:match("impl fmt::Display for Error(.-)\nimpl std::error::Error"))
+    local n = 0
+    for variant in display:gmatch("Error::(%w+)") do
+      n = n + 1
+      assert.is_truthy(cases[variant] or unreachable[variant], "no case for Error::" .. variant)
+    end
+    assert.is_true(n >= 19)
+  end)
+
+  local names = {}
+  for name in pairs(cases) do names[#names + 1] = name end
+  table.sort(names)
+  for _, name in ipairs(names) do
+    it(name, cases[name])
+  end
+
+  if IS_LUAJIT then
+    it("BadArgument: a build for another runtime refuses to load (the Lua 5.1 build into LuaJIT)", function()
+      local path = "lua_modules/lua5.1/lib/lua/5.1/vmpool.so"
+      local f = io.open(path)
+      if not f then
+        pending("needs the Lua 5.1 build (scripts/rock.sh lua5.1) at " .. path)
+        return
+      end
+      f:close()
+      local open = assert(package.loadlib(path, "luaopen_vmpool"))
+      local ok, err = pcall(open)
+      assert.is_false(ok)
+      assert.are.equal("vmpool: this vmpool build is for Lua 5.1 but was loaded into LuaJIT; install the build "
+        .. "for LuaJIT (e.g. make rock LUA=luajit)", err)
+    end)
+
+    it("BadArgument: jit = true with a time limit (LuaJIT)", function()
+      assert.matches("^vmpool: option 'time_limit' to vmpool.new needs jit = false on LuaJIT",
+        err_of(vmpool.new, { time_limit = 1, jit = true }))
+    end)
+  end
+end)

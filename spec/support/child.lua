@@ -1,0 +1,63 @@
+-- Runs a function in a forked child process (lua-posix: Debian ships it for Lua 5.1 and LuaJIT)
+-- and reports what it returned and how it exited. The child never returns into busted: it
+-- _exit()s. A child still running after the timeout is killed and reported as "hung".
+local socket = require "socket"
+local ok, P = pcall(require, "posix")
+
+local Child = { available = ok and type(P) == "table" and type(P.fork) == "function" }
+
+-- Returns report (the string `body` returned, or its error), how ("exited", "killed", "hung")
+-- and the exit code.
+function Child.run(body, timeout)
+  local r, w = P.pipe()
+  local pid = assert(P.fork())
+  if pid == 0 then
+    P.close(r)
+    local fine, report = pcall(body)
+    P.write(w, fine and tostring(report) or ("child failed: " .. tostring(report)))
+    P.close(w)
+    P._exit(fine and 0 or 1)
+  end
+  P.close(w)
+  local deadline = socket.gettime() + (timeout or 10)
+  local how, code
+  repeat
+    local got
+    got, how, code = P.wait(pid, P.WNOHANG)
+    if got == pid then break end
+    how = nil
+    socket.sleep(0.002)
+  until socket.gettime() > deadline
+  if not how then
+    P.kill(pid, P.SIGKILL)
+    P.wait(pid)
+    how = "hung"
+  end
+  local chunks = {}
+  repeat
+    local s = P.read(r, 4096)
+    chunks[#chunks + 1] = s
+  until not s or s == ""
+  P.close(r)
+  return table.concat(chunks), how, code
+end
+
+-- The parent's pid (to match in "created in another process (pid N)").
+function Child.pid()
+  return P.getpid("pid")
+end
+
+-- Caps this process's address space at its current size plus `extra` bytes (in a child only:
+-- new thread stacks then cannot be mapped), or lifts the cap again with `nil`.
+function Child.cap_address_space(extra)
+  if not extra then
+    assert(P.setrlimit("as", -1, -1))
+    return
+  end
+  local f = assert(io.open("/proc/self/status"))
+  local vm = tonumber(f:read("*a"):match("VmSize:%s*(%d+)")) * 1024
+  f:close()
+  assert(P.setrlimit("as", vm + extra, -1))
+end
+
+return Child

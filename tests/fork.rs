@@ -1,0 +1,132 @@
+//! A pool used in a child process after `fork()`: its threads did not survive the fork, so it must
+//! refuse to work (and `close()` must return) instead of hanging.
+
+mod support;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::*;
+use vmpool::value::Value;
+use vmpool::Error;
+
+/// Forks; the child runs `child` and exits with its code (no destructors, no atexit handlers).
+/// Returns the child's exit code, or `None` if it had not exited within `limit` (it is killed).
+fn in_child(limit: Duration, child: impl FnOnce() -> i32) -> Option<i32> {
+    // SAFETY: the child only runs `child` (which uses the pool's own fork-aware entry points and
+    // the allocator, whose locks glibc resets at fork) and then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(101);
+        // SAFETY: ends the child at once, as `fork` children of a threaded program should.
+        unsafe { libc::_exit(code) };
+    }
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for our own child without blocking.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            return libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+        }
+        if Instant::now() > deadline {
+            // SAFETY: kills and reaps our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_pool_refuses_to_work_after_fork_and_closes_without_hanging() {
+    let p = pool(config(2), &[("u", "function echo(...) return ... end")]);
+    let parent = std::process::id();
+    let code = in_child(Duration::from_secs(10), || {
+        match p.check_process() {
+            Err(Error::WrongProcess { pid }) if pid == parent => {}
+            _ => return 2,
+        }
+        let msg = p.check_process().unwrap_err().to_string();
+        if !msg.starts_with(&format!(
+            "vmpool: pool was created in another process (pid {parent})"
+        )) {
+            return 3;
+        }
+        p.close();
+        p.close();
+        0
+    });
+    assert_eq!(code, Some(0));
+    // the parent's pool is untouched
+    assert!(p.check_process().is_ok());
+    let c = submit(&p, "u", "echo", &[Value::Int(5)]);
+    assert_eq!(wait(&c).unwrap(), vec![Value::Int(5)]);
+    p.close();
+}
+
+#[test]
+fn close_after_fork_returns_even_if_the_pool_lock_was_held_at_fork_time() {
+    // A fork that lands while a pool thread holds the pool's lock copies the lock, locked, into
+    // the child, where no thread will ever unlock it: close() there must not wait for it. Hold it
+    // on purpose: the idle check takes the pool lock and then a queued call's lock to expire it,
+    // so holding that call's lock past its acquire_timeout parks the idle check with the pool
+    // lock held.
+    let cfg = vmpool::config::Config {
+        core: 1,
+        acquire_timeout: Some(Duration::from_millis(20)),
+        time_limit: Some(Duration::from_secs(20)),
+        jit: false,
+        ..vmpool::config::Config::default()
+    };
+    let p = pool(cfg, &[("u", "function spin() while not stop do end end")]);
+    let busy = submit(&p, "u", "spin", &[]);
+    let queued = submit(&p, "u", "spin", &[]);
+    let held = queued.data.lock();
+    let mut lock_held = false;
+    for _ in 0..200 {
+        // the pool lock is held once a stats() call cannot get it
+        let done = Arc::new(AtomicBool::new(false));
+        let probe = {
+            let (p, done) = (p.clone(), done.clone());
+            std::thread::spawn(move || {
+                p.stats();
+                done.store(true, Ordering::SeqCst);
+            })
+        };
+        let t0 = Instant::now();
+        while !done.load(Ordering::SeqCst) && t0.elapsed() < Duration::from_millis(50) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if !done.load(Ordering::SeqCst) {
+            lock_held = true;
+            let code = in_child(Duration::from_secs(5), || {
+                if p.check_process().is_ok() {
+                    return 2;
+                }
+                p.close();
+                0
+            });
+            drop(held);
+            probe.join().unwrap();
+            assert_eq!(
+                code,
+                Some(0),
+                "close() after fork hung on the copied pool lock"
+            );
+            break;
+        }
+        probe.join().unwrap();
+    }
+    assert!(lock_held, "the idle check never held the pool lock");
+    assert!(matches!(wait(&queued), Err(Error::AcquireTimeout { .. })));
+    assert!(p.cancel(&busy) || busy.phase() == vmpool::call::RUNNING);
+    busy.interrupt.store(true, Ordering::Relaxed);
+    assert!(matches!(wait(&busy), Err(Error::Cancelled)));
+    p.close();
+}
