@@ -88,8 +88,19 @@ struct WorkerEntry {
     thread: Option<JoinHandle<()>>,
 }
 
+/// What the idle check is doing, so that wake-ups are sent only when they change something.
+#[derive(Clone, Copy, Default)]
+enum Housekeeper {
+    /// Running (it looks at the queue and idle states before it sleeps again).
+    #[default]
+    Awake,
+    /// Sleeping until then (`None`: until woken).
+    Sleeping(Option<Instant>),
+}
+
 #[derive(Default)]
 struct Inner {
+    housekeeper_state: Housekeeper,
     closed: bool,
     idle_core: Vec<Arc<Mailbox>>,
     /// Idle non-core states with the time they went idle, oldest first.
@@ -348,8 +359,10 @@ impl Pool {
         let first = g.waiting_live == 0;
         g.waiting.push_back(call);
         g.waiting_live += 1;
-        if first && deadline.is_some() {
-            self.wake_housekeeper.notify_one();
+        if first {
+            if let Some(d) = deadline {
+                self.wake_housekeeper_by(&mut g, d);
+            }
         }
         Ok(None)
     }
@@ -397,9 +410,12 @@ impl Pool {
         if core {
             g.idle_core.push(me.clone());
         } else {
-            g.idle_noncore.push_back((me.clone(), Instant::now()));
-            if g.idle_noncore.len() == 1 && self.config.idle_timeout.is_some() {
-                self.wake_housekeeper.notify_one();
+            let now = Instant::now();
+            g.idle_noncore.push_back((me.clone(), now));
+            if g.idle_noncore.len() == 1 {
+                if let Some(due) = self.config.idle_timeout.and_then(|t| now.checked_add(t)) {
+                    self.wake_housekeeper_by(&mut g, due);
+                }
             }
         }
         Next::Idle
@@ -518,6 +534,17 @@ impl Pool {
     /// past `idle_timeout`, joins exited workers' threads, then sleeps until the next deadline.
     /// Deciding to sleep and sleeping happen under the pool lock, and every wake-up is sent
     /// under it, so none is lost.
+    /// Makes sure the housekeeper looks again by `due`: wakes it only if it sleeps past that
+    /// (a wake-up per queued call would cost a futex wake each time the queue fills again).
+    fn wake_housekeeper_by(&self, g: &mut Inner, due: Instant) {
+        if let Housekeeper::Sleeping(until) = g.housekeeper_state {
+            if until.is_none_or(|t| t > due) {
+                g.housekeeper_state = Housekeeper::Awake;
+                self.wake_housekeeper.notify_one();
+            }
+        }
+    }
+
     pub fn housekeep(&self) {
         let mut g = self.inner.lock();
         loop {
@@ -541,12 +568,14 @@ impl Pool {
             if g.closed && g.threads == 0 {
                 return;
             }
+            g.housekeeper_state = Housekeeper::Sleeping(next);
             match next {
                 Some(d) => {
                     self.wake_housekeeper.wait_until(&mut g, d);
                 }
                 None => self.wake_housekeeper.wait(&mut g),
             }
+            g.housekeeper_state = Housekeeper::Awake;
         }
     }
 
