@@ -339,15 +339,18 @@ end
         }
         let st = self.st;
         let id = chunk.id as i64;
-        let rc = st.load_binary(&chunk.bytecode, &chunk.name);
-        let rc = if rc == 0 { st.pcall(0, 1, MSGH) } else { rc };
-        if rc != 0 {
-            let failed = self.failure(rc, &chunk.name, "(top level)", |message| Error::ChunkLoad {
+        let failed = |child: &Self, rc| {
+            let f = child.failure(rc, &chunk.name, "(top level)", |message| Error::ChunkLoad {
                 chunk: chunk.name.clone(),
                 message,
             });
             st.set_top(BASE);
-            return Err(failed);
+            Err(f)
+        };
+        let rc = st.load_binary(&chunk.bytecode, &chunk.name);
+        let rc = if rc == 0 { st.pcall(0, 1, MSGH) } else { rc };
+        if rc != 0 {
+            return failed(self, rc);
         }
         if st.type_of(-1) != TTABLE {
             st.pop(1);
@@ -361,12 +364,7 @@ end
         st.insert(-2);
         let rc = st.pcall(2, 0, MSGH);
         if rc != 0 {
-            let failed = self.failure(rc, &chunk.name, "(top level)", |message| Error::ChunkLoad {
-                chunk: chunk.name.clone(),
-                message,
-            });
-            st.set_top(BASE);
-            return Err(failed);
+            return failed(self, rc);
         }
         self.loaded.push(chunk.id);
         Ok(())

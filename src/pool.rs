@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::call::{deadline_after, Call, Outcome, ASSIGNED, QUEUED, RUNNING};
 use crate::chunk::Registry;
@@ -326,19 +326,8 @@ impl Pool {
         // fewer core states than configured only after a state could not be replaced: start one
         let core = g.live_core < self.config.core;
         if core || g.live_noncore < self.config.max_noncore {
-            if core {
-                g.live_core += 1;
-            } else {
-                g.live_noncore += 1;
-            }
-            g.busy += 1;
-            g.stats.created += 1;
-            g.next_worker += 1;
-            let id = g.next_worker;
-            drop(g);
             call.set_phase(ASSIGNED);
-            // a failed start finishes the call with the error: the caller sees it as the outcome
-            let _ = self.spawn_worker(id, core, Some(call), None);
+            self.start_state_for(g, core, call);
             return Ok(None);
         }
         if !self.config.blocking {
@@ -365,6 +354,28 @@ impl Pool {
             }
         }
         Ok(None)
+    }
+
+    /// Counts a new state reserved for `call` (already ASSIGNED) and starts its worker, outside
+    /// the lock. A failed start finishes the call with the error: the caller sees it as the
+    /// outcome.
+    fn start_state_for(
+        self: &Arc<Pool>,
+        mut g: MutexGuard<'_, Inner>,
+        core: bool,
+        call: Arc<Call>,
+    ) {
+        if core {
+            g.live_core += 1;
+        } else {
+            g.live_noncore += 1;
+        }
+        g.busy += 1;
+        g.stats.created += 1;
+        g.next_worker += 1;
+        let id = g.next_worker;
+        drop(g);
+        let _ = self.spawn_worker(id, core, Some(call), None);
     }
 
     /// Cancels a call that has not started. True if it was cancelled (it will never run).
@@ -463,18 +474,7 @@ impl Pool {
         while let Some(next) = g.waiting.pop_front() {
             if next.transition(QUEUED, ASSIGNED) {
                 g.waiting_live -= 1;
-                if core {
-                    g.live_core += 1;
-                } else {
-                    g.live_noncore += 1;
-                }
-                g.busy += 1;
-                g.stats.created += 1;
-                g.next_worker += 1;
-                let id = g.next_worker;
-                drop(g);
-                // a failed start finishes the call with the error
-                let _ = self.spawn_worker(id, core, Some(next), None);
+                self.start_state_for(g, core, next);
                 return;
             }
         }
