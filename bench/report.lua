@@ -63,6 +63,7 @@ end
 local function x(r)
   if not r then return "–" end
   if r >= 10 then return string.format("%.0f×", r) end
+  if r < 0.1 then return string.format("%.2g×", r) end
   return string.format("%.1f×", r)
 end
 
@@ -1160,9 +1161,10 @@ local function header(m)
     st.reps or 0, (st.nice or 0) ~= 0 and string.format(", measuring processes under `nice -n %d`", st.nice) or "",
     m.seconds and string.format("%.1f min", m.seconds / 60) or "?",
     m.loadavg_start or "?", m.loadavg_end or "?",
-    (tonumber((m.loadavg_start or ""):match("^%S+")) or 0) > 0.5 and
-      ": **the machine was shared with other work, so wall-clock figures are noisy** (see the min–max ranges); " ..
-      "instruction counts are not affected" or ""))
+    ((tonumber((m.loadavg_start or ""):match("^%S+")) or 0) > 1.0 and
+      ": **the machine was not idle when the run started, so wall-clock figures may be noisier than on a " ..
+      "quiet machine** (see the min–max ranges); instruction counts are not affected" or
+      " (the run's own threads raise the load while it runs)")))
   w("")
 end
 
