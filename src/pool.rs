@@ -135,8 +135,10 @@ pub struct Pool {
     pub chunk_epoch: AtomicU64,
     fork_generation: u64,
     pid: u32,
-    /// The CPU the host thread last waited on a result from (see `sys::move_off_cpu`).
+    /// The CPU the host thread last waited on a result from (see `sys::move_off_cpu`); only
+    /// kept when this process may use several CPUs.
     pub host_cpu: std::sync::atomic::AtomicI32,
+    several_cpus: bool,
     /// Created on the first `fut:pollfd()`.
     poll: Mutex<Option<Arc<crate::notify::PollSignal>>>,
     /// Finished calls given back by dropped futures, for the host to reuse (no allocation per
@@ -163,6 +165,7 @@ impl Pool {
             pid: crate::sys::pid(),
             poll: Mutex::new(None),
             host_cpu: std::sync::atomic::AtomicI32::new(-1),
+            several_cpus: crate::sys::available_cpus() > 1,
             spare_calls: Mutex::new(Vec::new()),
         });
         let hk = {
@@ -199,6 +202,15 @@ impl Pool {
             return Err(e);
         }
         Ok(pool)
+    }
+
+    /// Records the CPU of a host thread about to wait for a result.
+    #[inline]
+    pub fn note_host_cpu(&self) {
+        if self.several_cpus {
+            self.host_cpu
+                .store(crate::sys::current_cpu(), std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     /// Keeps a finished call nobody else holds, for reuse.

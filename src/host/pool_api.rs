@@ -224,9 +224,7 @@ fn invoke_impl(st: State) -> Result<c_int, Error> {
         return Err(e);
     }
     if !call.is_done() {
-        h.pool
-            .host_cpu
-            .store(crate::sys::current_cpu(), Ordering::Relaxed);
+        h.pool.note_host_cpu();
         RESULT_WAIT.with(|spin| call.wait(None, spin));
     }
     let result = push_outcome(st, &call);
