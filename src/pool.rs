@@ -208,8 +208,10 @@ impl Pool {
     #[inline]
     pub fn note_host_cpu(&self) {
         if self.several_cpus {
-            self.host_cpu
-                .store(crate::sys::current_cpu(), std::sync::atomic::Ordering::Relaxed);
+            self.host_cpu.store(
+                crate::sys::current_cpu(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
     }
 
