@@ -1,5 +1,6 @@
-//! A child state: a Lua state created by mlua on its worker thread, with the standard libraries,
-//! the pool's `init` code and the chunks it has been asked to run.
+//! A child state: a Lua state created on its worker thread with vmpool's counting allocator
+//! ([`crate::state_heap`]), with the standard libraries, the pool's `init` code and the chunks it
+//! has been asked to run.
 //!
 //! Stack layout at rest (the state's main thread): slot 1 the message handler (adds a traceback),
 //! slot 2 the call trampoline (a C closure over slot 3), slot 3 the table of loaded chunks
@@ -21,6 +22,7 @@ use crate::chunk::Chunk;
 use crate::config::Config;
 use crate::lua::{State, TFUNCTION, TNIL, TTABLE};
 use crate::pool::Pool;
+use crate::state_heap::OwnedState;
 use crate::value::{self, Role};
 use crate::Error;
 
@@ -37,7 +39,7 @@ const HOOK_COUNT: c_int = 1000;
 
 pub struct Child {
     /// Owns the state; dropping it closes the state.
-    lua: mlua::Lua,
+    heap: OwnedState,
     st: State,
     /// Ids of the chunks this state has loaded.
     loaded: Vec<u64>,
@@ -113,19 +115,8 @@ const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 
 impl Child {
     pub fn new(cfg: &Config) -> Result<Child, Error> {
-        // SAFETY: `unsafe_new_with` only lifts mlua's restriction on loading C modules and the
-        // debug library in this state: children are full Lua states like the host's.
-        let lua = unsafe { mlua::Lua::unsafe_new_with(mlua::StdLib::ALL, mlua::LuaOptions::new()) };
-        let mut raw: *mut ffi::lua_State = std::ptr::null_mut();
-        // SAFETY: we only copy out the main state's pointer; it stays valid as long as `lua`,
-        // which this `Child` owns, and the state is used only on this thread.
-        unsafe { lua.exec_raw::<()>((), |l| raw = l) }.map_err(|e| Error::Spawn(e.to_string()))?;
-        if raw.is_null() {
-            return Err(Error::Spawn("mlua returned no state".into()));
-        }
-        // SAFETY: see above.
-        let st = unsafe { State::from_raw(raw) };
-        st.set_top(0);
+        let heap = OwnedState::new()?;
+        let st = heap.state();
         if !st.check_stack(8) {
             return Err(Error::Spawn("no Lua stack space".into()));
         }
@@ -137,7 +128,7 @@ impl Child {
         st.push_str("");
 
         let mut child = Child {
-            lua,
+            heap,
             st,
             loaded: Vec::new(),
             chunk_epoch: u64::MAX,
@@ -176,17 +167,17 @@ impl Child {
                 .map_err(|m| Error::Spawn(format!("cannot turn the JIT off: {m}")))?;
         }
         if let Some(limit) = cfg.memory_limit {
-            let used = self.lua.used_memory();
+            let used = self.heap.used();
             if used >= limit {
                 return Err(Error::BadArgument(format!(
                     "memory_limit = {limit} is too small: a new state already uses {used} bytes"
                 )));
             }
-            self.lua.set_memory_limit(limit).map_err(|e| {
-                Error::BadArgument(format!(
-                    "memory_limit is not supported by this Lua runtime ({e}); a LuaJIT built without GC64 cannot limit memory per state"
-                ))
-            })?;
+            if !self.heap.set_limit(limit) {
+                return Err(Error::BadArgument(
+                    "memory_limit is not supported by this Lua runtime: a LuaJIT built without GC64 cannot limit memory per state".into(),
+                ));
+            }
         }
         if cfg.time_limit.is_some() {
             self.guard_xpcall()

@@ -42,6 +42,7 @@ pub mod mailbox;
 pub mod notify;
 pub mod pool;
 pub mod spin;
+pub mod state_heap;
 pub mod sys;
 pub mod value;
 pub mod worker;
