@@ -391,7 +391,7 @@ describe("pool:stats", function()
   it("has every counter", function()
     local pool = vmpool.new { core = 1 }
     local s = pool:stats()
-    for _, k in ipairs { "core", "noncore", "idle", "busy", "waiting", "created", "closed", "invokes",
+    for _, k in ipairs { "core", "noncore", "idle", "busy", "waiting", "threads", "created", "closed", "invokes",
       "succeeded", "errors", "rejected", "timeouts", "cancelled" } do
       assert.is_number(s[k], k)
     end
@@ -408,6 +408,106 @@ describe("pool:stats", function()
     assert.are.equal(1, s.succeeded)
     assert.are.equal(1, s.errors)
     pool:close()
+  end)
+
+  it("counts one worker thread per state, and none once closed", function()
+    local pool = vmpool.new { core = 3 }
+    assert.are.equal(3, pool:stats().threads)
+    pool:close()
+    assert.are.equal(0, pool:stats().threads)
+  end)
+end)
+
+-- a finalizer that counts in the state's globals (5.1 has no __gc on tables: newproxy)
+local FINALIZED = [[
+finalized = 0
+function litter(n)
+  for _ = 1, n do
+    if newproxy then
+      getmetatable(newproxy(true)).__gc = function() finalized = finalized + 1 end
+    else
+      setmetatable({}, { __gc = function() finalized = finalized + 1 end })
+    end
+  end
+end
+function count() return finalized end
+function fail_on_gc()
+  if newproxy then
+    getmetatable(newproxy(true)).__gc = function() error("finalizer failed") end
+  else
+    setmetatable({}, { __gc = function() error("finalizer failed") end })
+  end
+end
+]]
+
+describe("pool:collect", function()
+  it("runs a full collection in every idle state and returns how many", function()
+    local pool = vmpool.new { core = 2 }
+    pool:compile("c", FINALIZED)
+    local a, b = pool:submit("c", "litter", 10), pool:submit("c", "litter", 10)
+    a:wait()
+    b:wait()
+    assert.are.equal(2, pool:collect())
+    -- both states ran their finalizers, whichever the next calls reach
+    local x, y = pool:submit("c", "count"), pool:submit("c", "count")
+    assert.are.equal(20, x:wait() + y:wait())
+    local s = check_balanced(pool)
+    assert.are.equal(4, s.invokes) -- the collections are not counted
+    pool:close()
+  end)
+
+  it("skips states busy with a call", function()
+    local gate = Gate.new()
+    local pool = vmpool.new { core = 2, init = Gate.CHILD }
+    pool:compile("g", "return { hold = hold }")
+    local running = pool:submit("g", "hold", gate.port, 5, "done")
+    gate:arrivals(1)
+    assert.are.equal(1, pool:collect())
+    gate:release()
+    assert.are.equal("done", running:wait(10))
+    pool:close()
+  end)
+
+  it("drops the errors of finalizers and keeps the state working", function()
+    local pool = vmpool.new { core = 1 }
+    pool:compile("c", FINALIZED)
+    pool:invoke("c", "fail_on_gc")
+    assert.are.equal(1, pool:collect())
+    assert.are.equal(0, pool:invoke("c", "count"))
+    check_balanced(pool)
+    pool:close()
+  end)
+
+  it("refuses a closed pool", function()
+    local pool = vmpool.new { core = 1 }
+    pool:close()
+    local ok, err = pcall(pool.collect, pool)
+    assert.is_false(ok)
+    assert.are.equal("vmpool: pool is closed (create a new pool with vmpool.new)", err)
+  end)
+end)
+
+describe("vmpool.memory", function()
+  it("counts the states of every pool and what they hold", function()
+    -- pools other tests left to the garbage collector are closed now, not during this test
+    collectgarbage()
+    collectgarbage()
+    local before = vmpool.memory()
+    local pool = vmpool.new { core = 2 }
+    local with = vmpool.memory()
+    assert.are.equal(before.states + 2, with.states)
+    assert.is_true(with.bytes > before.bytes and with.blocks > before.blocks)
+    pool:compile("c", "function keep(n) big = {} for i = 1, n do big[i] = tostring(i) end end "
+      .. "function drop() big = nil end")
+    pool:invoke("c", "keep", 20000)
+    local holding = vmpool.memory()
+    assert.is_true(holding.bytes > with.bytes + 200000, holding.bytes - with.bytes)
+    pool:invoke("c", "drop")
+    pool:collect()
+    assert.is_true(vmpool.memory().bytes < holding.bytes - 200000)
+    pool:close()
+    local after = vmpool.memory()
+    assert.are.same(before, after)
   end)
 end)
 

@@ -43,10 +43,23 @@ pub enum Outcome {
     /// The results are encoded in `CallData::buf`.
     Ok,
     Err(Error),
+    /// A [`Job::Collect`] ran (it has no results, and the counters do not count it).
+    Collected,
+}
+
+/// What a call asks of the state it reaches.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Job {
+    /// Run a chunk's function (every call the host makes).
+    #[default]
+    Invoke,
+    /// Run a full garbage collection (`pool:collect()`).
+    Collect,
 }
 
 /// The parts of a call that change hands with its phase.
 pub struct CallData {
+    pub job: Job,
     pub chunk: Option<Arc<Chunk>>,
     /// The child function's name.
     pub func: Vec<u8>,
@@ -71,6 +84,7 @@ impl Default for Call {
             state: AtomicU32::new(NEW),
             interrupt: AtomicBool::new(false),
             data: Mutex::new(CallData {
+                job: Job::Invoke,
                 chunk: None,
                 func: Vec::new(),
                 buf: Vec::new(),
@@ -83,11 +97,20 @@ impl Default for Call {
 }
 
 impl Call {
+    /// A garbage collection for one state, reserved to it (ASSIGNED).
+    pub fn collect() -> Call {
+        let call = Call::default();
+        call.data.lock().job = Job::Collect;
+        call.set_phase(ASSIGNED);
+        call
+    }
+
     /// Makes a finished call reusable. Needs exclusive access, so no other party can see it.
     pub fn reset(&mut self) {
         *self.state.get_mut() = NEW;
         *self.interrupt.get_mut() = false;
         let d = self.data.get_mut();
+        d.job = Job::Invoke;
         d.chunk = None;
         d.func.clear();
         d.buf.clear();

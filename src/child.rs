@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use mlua::ffi;
 
-use crate::call::{Call, Outcome};
+use crate::call::{Call, Job, Outcome};
 use crate::chunk::Chunk;
 use crate::config::Config;
 use crate::lua::{State, TFUNCTION, TNIL, TTABLE};
@@ -127,10 +127,12 @@ impl Child {
         st.insert(TRAMPOLINE);
         st.push_str("");
 
+        // The buffers are allocated up front, so that what a state holds natively does not depend
+        // on what it has run (the soak's leak check compares it exactly: bench/soak.lua).
         let mut child = Child {
             heap,
             st,
-            loaded: Vec::new(),
+            loaded: Vec::with_capacity(4),
             chunk_epoch: u64::MAX,
             hooked: false,
             limits: Box::new(Limits {
@@ -139,8 +141,8 @@ impl Child {
                 tripped: Cell::new(Trip::None),
             }),
             func: Vec::new(),
-            func_in_slot: Vec::new(),
-            encoder: value::Encoder::default(),
+            func_in_slot: Vec::with_capacity(32),
+            encoder: value::Encoder::with_depth(8),
             time_limit: cfg.time_limit,
             memory_limit: cfg.memory_limit,
         };
@@ -268,11 +270,18 @@ end
         }
         // Take what the call needs out of it and let go of its lock: the caller may need the
         // lock while the call runs (a scheduler subscribing to it, `cancel`).
-        let (chunk, mut buf) = {
+        let (job, chunk, mut buf) = {
             let mut data = call.data.lock();
             std::mem::swap(&mut self.func, &mut data.func);
-            (data.chunk.clone(), std::mem::take(&mut data.buf))
+            (data.job, data.chunk.clone(), std::mem::take(&mut data.buf))
         };
+        if job == Job::Collect {
+            let replace = self.collect(call);
+            let mut data = call.data.lock();
+            data.buf = buf;
+            std::mem::swap(&mut self.func, &mut data.func);
+            return (Outcome::Collected, replace);
+        }
         let (outcome, replace) = match chunk {
             Some(chunk) => {
                 self.arm(call);
@@ -301,6 +310,21 @@ end
         data.buf = buf;
         std::mem::swap(&mut self.func, &mut data.func);
         (outcome, replace)
+    }
+
+    /// A full garbage collection (twice: objects resurrected by finalizers go in the second),
+    /// protected, under the time limit like a call (finalizers run Lua code). Errors raised by
+    /// finalizers are dropped. Returns whether the state must be replaced (a limit tripped).
+    fn collect(&mut self, call: &Call) -> bool {
+        self.arm(call);
+        let st = self.st;
+        st.push_cclosure(COLLECT, 0);
+        let rc = st.pcall(0, 0, MSGH);
+        st.set_top(BASE);
+        let tripped = self.limits.tripped.get() != Trip::None;
+        self.disarm();
+        // an allocation failure during the collection leaves the state in doubt too
+        tripped || rc == ffi::LUA_ERRMEM
     }
 
     fn arm(&mut self, call: &Call) {
@@ -567,6 +591,19 @@ unsafe extern "C-unwind" fn message_handler(l: *mut ffi::lua_State) -> isize {
         ffi::luaL_traceback(l, l, msg, 1);
     }
     1
+}
+
+/// Runs a full garbage collection, twice, inside the child's protected call. A plain C function,
+/// not `lua_function!`: a finalizer's error unwinds through it (LuaJIT unwinds with a foreign
+/// exception, which `catch_unwind` would turn into an abort).
+const COLLECT: ffi::lua_CFunction = crate::lua::c_function(collect_garbage);
+unsafe extern "C-unwind" fn collect_garbage(l: *mut ffi::lua_State) -> isize {
+    // SAFETY: Lua calls this with its own live state on this thread; nothing in this frame has a
+    // destructor, so an error raised by a finalizer may pass through to the enclosing pcall.
+    let st = unsafe { State::from_raw(l) };
+    st.gc_collect();
+    st.gc_collect();
+    0
 }
 
 /// Runs one call inside the child's protected call: finds the function, pushes the arguments,

@@ -29,6 +29,9 @@ pub struct Stats {
     pub idle: usize,
     pub busy: usize,
     pub waiting: usize,
+    /// Worker threads not yet joined: one per live state, plus those of closed states until the
+    /// idle check (or `close`) has joined them.
+    pub threads: usize,
     pub created: u64,
     pub closed: u64,
     /// Calls submitted to an open pool; each ends in exactly one of the five counters below.
@@ -51,7 +54,7 @@ impl Stats {
             Ended::Succeeded => self.succeeded += 1,
             Ended::Failed => self.errors += 1,
             Ended::Interrupted => self.cancelled += 1,
-            Ended::Skipped => {}
+            Ended::Skipped | Ended::Collected => {}
         }
     }
 }
@@ -65,11 +68,14 @@ pub enum Ended {
     Interrupted,
     /// The call was cancelled before it ran (the worker found it claimed; `cancel` counted it).
     Skipped,
+    /// A garbage collection (`pool:collect()`), not a call of the host's: not counted.
+    Collected,
 }
 
 impl Ended {
     pub fn of(outcome: &Outcome) -> Ended {
         match outcome {
+            Outcome::Collected => Ended::Collected,
             Outcome::Err(Error::Cancelled) => Ended::Interrupted,
             Outcome::Err(_) => Ended::Failed,
             _ => Ended::Succeeded,
@@ -120,6 +126,8 @@ struct Inner {
     stats: Stats,
     /// Worker threads still running (reaches 0 once `close` may join them all).
     threads: usize,
+    /// Worker threads started and not yet joined (`stats().threads`).
+    unjoined: usize,
     housekeeper: Option<JoinHandle<()>>,
 }
 
@@ -226,6 +234,11 @@ impl Pool {
         }
     }
 
+    /// Frees the spare calls (`pool:collect()`).
+    pub fn drop_spare_calls(&self) {
+        self.spare_calls.lock().clear();
+    }
+
     /// Moves up to 64 spare calls into `out`.
     pub fn take_spare_calls(&self, out: &mut Vec<Arc<Call>>) {
         let mut spare = self.spare_calls.lock();
@@ -261,7 +274,11 @@ impl Pool {
         first: Option<Arc<Call>>,
         latch: Option<Arc<crate::worker::Latch>>,
     ) -> Result<(), Error> {
-        self.inner.lock().threads += 1;
+        {
+            let mut g = self.inner.lock();
+            g.threads += 1;
+            g.unjoined += 1;
+        }
         // outside the lock: starting a thread takes tens of microseconds
         let spawned = crate::worker::spawn(self.clone(), id, core, first.clone(), latch.clone());
         let mut g = self.inner.lock();
@@ -282,6 +299,7 @@ impl Pool {
             }
             Err(e) => {
                 g.threads -= 1;
+                g.unjoined -= 1;
                 let err = Error::Spawn(format!("cannot start a worker thread: {e}"));
                 if core {
                     g.live_core -= 1;
@@ -536,7 +554,29 @@ impl Pool {
         s.idle = g.idle_core.len() + g.idle_noncore.len();
         s.busy = g.busy;
         s.waiting = g.waiting_live;
+        s.threads = g.unjoined;
         s
+    }
+
+    /// Reserves every idle state for a garbage collection and posts it (`pool:collect()`);
+    /// returns the calls to wait for. States busy with a call are left alone. Nothing is counted:
+    /// the states become idle again when they are done. Also lets go of the records of cancelled
+    /// or timed-out calls that still sit in the queue (a worker would drop them when it next
+    /// looks at the queue).
+    pub fn collect_idle(&self) -> Vec<Arc<Call>> {
+        let mut g = self.inner.lock();
+        g.waiting.retain(|c| c.phase_is(QUEUED));
+        let mut idle: Vec<Arc<Mailbox>> = std::mem::take(&mut g.idle_core);
+        idle.extend(g.idle_noncore.drain(..).map(|(mb, _)| mb));
+        g.busy += idle.len();
+        drop(g);
+        idle.into_iter()
+            .map(|mailbox| {
+                let call = Arc::new(Call::collect());
+                mailbox.post(call.clone());
+                call
+            })
+            .collect()
     }
 
     pub fn is_closed(&self) -> bool {
@@ -573,10 +613,12 @@ impl Pool {
                 for call in expired {
                     call.finish(Outcome::Err(Error::AcquireTimeout { seconds }));
                 }
+                let joined = finished.len();
                 for t in finished {
                     let _ = t.join();
                 }
                 g = self.inner.lock();
+                g.unjoined -= joined;
                 continue;
             }
             if g.closed && g.threads == 0 {
@@ -687,9 +729,11 @@ impl Pool {
         let hk = g.housekeeper.take();
         self.wake_housekeeper.notify_all();
         drop(g);
+        let joined = handles.len();
         for h in handles {
             let _ = h.join();
         }
+        self.inner.lock().unjoined -= joined;
         if let Some(h) = hk {
             if h.thread().id() != std::thread::current().id() {
                 let _ = h.join();

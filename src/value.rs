@@ -61,6 +61,13 @@ pub struct Encoder {
 }
 
 impl Encoder {
+    /// An encoder with room for `depth` levels of nesting before it allocates.
+    pub fn with_depth(depth: usize) -> Encoder {
+        Encoder {
+            ancestors: Vec::with_capacity(depth),
+        }
+    }
+
     /// Encodes the `count` values starting at stack index `first` into `out` (appending).
     /// The stack is left as it was, also on error.
     pub fn encode(

@@ -68,6 +68,7 @@ fn wait(c: &Call) -> Result<Vec<Value>, Error> {
         }
         Outcome::Err(e) => Err(e.clone()),
         Outcome::Pending => panic!("no outcome"),
+        Outcome::Collected => panic!("a garbage collection, not a call"),
     }
 }
 

@@ -33,9 +33,12 @@ const POOL_METHODS: Methods = &[
     ("submit", pool_api::submit),
     ("unload", pool_api::unload),
     ("stats", pool_api::stats),
+    ("collect", pool_api::collect),
     ("close", pool_api::close),
     #[cfg(feature = "count-alloc")]
     ("_alloc_counts", count_alloc::alloc_counts),
+    #[cfg(feature = "count-alloc")]
+    ("_leak", count_alloc::leak),
 ];
 const POOL_META: Methods = &[
     ("__gc", pool_api::gc),
@@ -79,6 +82,7 @@ const DRIVER_META: Methods = &[("__gc", driver_api::gc)];
 const FUNCTIONS: Methods = &[
     ("new", pool_api::new_pool),
     ("clock", clock),
+    ("memory", pool_api::memory),
     ("_notifier", notifier_api::new_notifier),
     ("_driver", driver_api::new_driver),
 ];

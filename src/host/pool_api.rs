@@ -144,6 +144,9 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
         Outcome::Pending => Err(Error::Internal(
             "outcome read before the call finished".into(),
         )),
+        Outcome::Collected => Err(Error::Internal(
+            "a garbage collection read as a call".into(),
+        )),
     }
 }
 
@@ -250,13 +253,14 @@ fn stats_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     h.pool.check_process()?;
     let s = h.pool.stats();
-    st.create_table(0, 13);
-    let fields: [(&str, u64); 13] = [
+    st.create_table(0, 14);
+    let fields: [(&str, u64); 14] = [
         ("core", s.core as u64),
         ("noncore", s.noncore as u64),
         ("idle", s.idle as u64),
         ("busy", s.busy as u64),
         ("waiting", s.waiting as u64),
+        ("threads", s.threads as u64),
         ("created", s.created),
         ("closed", s.closed),
         ("invokes", s.invokes),
@@ -268,6 +272,44 @@ fn stats_impl(st: State) -> Result<c_int, Error> {
     ];
     for (k, v) in fields {
         st.push_number(v as f64);
+        st.raw_set_str(-2, k);
+    }
+    Ok(1)
+}
+
+crate::lua_function!(pub fn collect => collect_impl);
+/// `pool:collect()` -> number of states: a full garbage collection in every idle state, waited
+/// for (states busy with a call are skipped), and what the pool keeps for reuse freed: call
+/// records, and the chunk last named (which may be an old version).
+fn collect_impl(st: State) -> Result<c_int, Error> {
+    let h = handle(st)?;
+    h.check()?;
+    h.cache.clear();
+    h.last_chunk = None;
+    h.pool.drop_spare_calls();
+    let calls = h.pool.collect_idle();
+    RESULT_WAIT.with(|spin| {
+        for call in &calls {
+            call.wait(None, spin);
+        }
+    });
+    st.set_top(0);
+    st.push_integer(calls.len() as i64);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn memory => memory_impl);
+/// `vmpool.memory()` -> `{ states, bytes, blocks }` held by every child state of the process.
+fn memory_impl(st: State) -> Result<c_int, Error> {
+    let t = crate::state_heap::totals();
+    st.set_top(0);
+    st.create_table(0, 3);
+    for (k, v) in [
+        ("states", t.states),
+        ("bytes", t.bytes),
+        ("blocks", t.blocks),
+    ] {
+        st.push_integer(v as i64);
         st.raw_set_str(-2, k);
     }
     Ok(1)

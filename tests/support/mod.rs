@@ -87,6 +87,7 @@ pub fn outcome(c: &Call) -> Result<Vec<Value>, Error> {
         }
         Outcome::Err(e) => Err(e.clone()),
         Outcome::Pending => panic!("no outcome"),
+        Outcome::Collected => panic!("a garbage collection, not a call"),
     }
 }
 
