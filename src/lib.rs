@@ -37,6 +37,8 @@ pub mod config;
 pub mod error;
 pub mod host;
 pub mod housekeeper;
+#[cfg(feature = "count-alloc")]
+pub mod leak;
 pub mod lua;
 pub mod mailbox;
 pub mod notify;

@@ -150,6 +150,12 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         } else {
             Ended::Skipped
         };
+        #[cfg(feature = "count-alloc")]
+        if runnable && crate::leak::after_call(&call) == crate::leak::Leak::State {
+            if let Ok(fresh) = Child::new(&pool.config) {
+                std::mem::forget(std::mem::replace(&mut child, fresh));
+            }
+        }
         if replace {
             // a limit was hit and the state may be half-way through anything: rebuild it before
             // the caller hears back, so the pool has its full size again when it does

@@ -3,10 +3,10 @@
 //! allocates. It wraps the system allocator with a few relaxed atomic additions per allocation;
 //! the counters are read through `pool:_alloc_counts()`, a method present only in this build.
 //!
-//! What it sees: everything Rust allocates in this library, plus the child states' own Lua memory
-//! (mlua gives every state it creates an allocator that goes through Rust's global allocator). The
-//! host Lua state allocates with its own allocator and is not counted: measure it with
-//! `collectgarbage("count")`.
+//! What it sees: everything Rust allocates in this library. The child states' own Lua memory goes
+//! through their own allocator (`crate::state_heap`, read with `vmpool.memory()`), and the host
+//! Lua state allocates with the interpreter's allocator: measure it with `collectgarbage("count")`.
+//! Together the three account for every byte vmpool and its states hold.
 //!
 //! Counts are split by side: the *host* side is every thread that has called `_alloc_counts`
 //! (the host's Lua thread), the *pool* side all others (workers, the idle check). A `realloc`
@@ -103,7 +103,8 @@ static GLOBAL: CountingAlloc = CountingAlloc;
 crate::lua_function!(
     /// `pool:_alloc_counts()` (count-alloc builds only): a table of the native allocation
     /// counters since the library was loaded: `allocs`, `bytes`, `frees`, `freed` (all sides),
-    /// the same prefixed `host_` and `pool_`, and `live` (bytes allocated and not yet freed). It
+    /// the same prefixed `host_` and `pool_`, `live` (bytes allocated and not yet freed) and
+    /// `live_blocks` (allocations not yet freed). It
     /// marks the calling thread as the host side; the pool argument is not used.
     pub fn alloc_counts => alloc_counts_impl
 );
@@ -133,5 +134,34 @@ fn alloc_counts_impl(st: State) -> Result<c_int, Error> {
     let live = (pool[1] + host[1]) as i128 - (pool[3] + host[3]) as i128;
     st.push_number(live as f64);
     st.raw_set_str(-2, "live");
+    let live_blocks = (pool[0] + host[0]) as i128 - (pool[2] + host[2]) as i128;
+    st.push_number(live_blocks as f64);
+    st.raw_set_str(-2, "live_blocks");
     Ok(1)
+}
+
+crate::lua_function!(
+    /// `pool:_leak(kind, every)` (count-alloc builds only): from now on, every `every`-th call
+    /// a worker runs leaks a `"call"` record or a `"state"` (see `crate::leak`); `every = 0`
+    /// stops. For the test that proves the soak catches leaks.
+    pub fn leak => leak_impl
+);
+fn leak_impl(st: State) -> Result<c_int, Error> {
+    let kind = match st.to_bytes(2) {
+        Some(b"call") => crate::leak::Leak::CallRecord,
+        Some(b"state") => crate::leak::Leak::State,
+        _ => {
+            return Err(Error::BadArgument(
+                "bad argument #1 to '_leak': expected \"call\" or \"state\"".into(),
+            ))
+        }
+    };
+    let every = st.to_number(3);
+    if !(every >= 0.0 && every.fract() == 0.0) {
+        return Err(Error::BadArgument(
+            "bad argument #2 to '_leak': expected a whole number of calls (0 stops)".into(),
+        ));
+    }
+    crate::leak::set(kind, every as u64);
+    Ok(0)
 }
