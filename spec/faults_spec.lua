@@ -77,3 +77,58 @@ describe("when the system refuses new threads", function()
     assert.are.equal(before, after)
   end)
 end)
+
+describe("when the system refuses a child's allocation", function()
+  if not Child.available then
+    pending("needs lua-posix (Lua 5.1 / LuaJIT)")
+    return
+  end
+
+  local SOURCE = [[
+function try(n) return pcall(string.rep, "x", n) end
+function grow(n) return #string.rep("x", n) end
+function echo(...) return ... end
+]]
+
+  -- runs `body(pool)` in a forked child whose address space has 256 MiB to spare
+  local function capped(options, body)
+    local report, how, code = Child.run(function()
+      local pool = vmpool.new(options)
+      pool:compile("c", SOURCE)
+      Child.cap_address_space(256 * 1024 * 1024)
+      local out = body(pool)
+      Child.cap_address_space(nil)
+      local s = pool:stats()
+      assert(s.busy == 0 and s.waiting == 0, "busy " .. s.busy)
+      assert(s.invokes == s.succeeded + s.errors + s.rejected + s.timeouts + s.cancelled, "unbalanced")
+      pool:close()
+      return out
+    end, 30)
+    assert.are.equal("exited", how, report)
+    assert.are.equal(0, code, report)
+    return report
+  end
+
+  for _, options in ipairs { { core = 1 }, { core = 1, memory_limit = 2 ^ 40 } } do
+    local with = options.memory_limit and "with a memory_limit the system cannot give" or "without a memory_limit"
+    it("is Lua's catchable 'not enough memory' in the child, " .. with, function()
+      local report = capped(options, function(pool)
+        local ok, err = pool:invoke("c", "try", 1.5e9)
+        return tostring(ok) .. " " .. tostring(err)
+      end)
+      assert.matches("^false not enough memory", report)
+    end)
+
+    it("fails an unprotected call with a vmpool: message, and the state keeps working, " .. with, function()
+      local report = capped(options, function(pool)
+        local ok, err = pcall(pool.invoke, pool, "c", "grow", 1.5e9)
+        assert(not ok, "a 1.5 GB string in a state with 256 MiB to spare")
+        assert(pool:invoke("c", "echo", "after") == "after", "the state does not work after it")
+        assert(pool:stats().created == 1, "the state was replaced")
+        return err
+      end)
+      assert.are.equal(
+        "vmpool: error in c:grow: not enough memory (the system refused an allocation of this state)", report)
+    end)
+  end
+end)

@@ -527,7 +527,7 @@ end
             return tripped;
         }
         if rc == ffi::LUA_ERRMEM {
-            if let Some(bytes) = self.memory_limit {
+            if let Some(bytes) = self.memory_limit.filter(|_| self.heap.take_limit_refusal()) {
                 let e = Error::MemoryLimit {
                     chunk: chunk.into(),
                     function: function.into(),
@@ -535,6 +535,14 @@ end
                 };
                 return (Outcome::Err(e), true);
             }
+            // the system refused: Lua's state is consistent after a memory error, and keeps
+            // working once the memory is there again
+            return (
+                Outcome::Err(runtime(
+                    "not enough memory (the system refused an allocation of this state)".into(),
+                )),
+                false,
+            );
         }
         let message = match self.st.to_bytes(-1) {
             Some(m) => String::from_utf8_lossy(m).into_owned(),

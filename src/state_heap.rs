@@ -13,7 +13,7 @@
 //! threads only read it, and what they read is exact once the state is idle.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use mlua::ffi;
@@ -29,6 +29,8 @@ pub struct Account {
     blocks: AtomicUsize,
     /// Most bytes the state may hold; 0 means no limit.
     limit: AtomicUsize,
+    /// The last allocation refused was refused by the limit, not by the system.
+    limit_refused: AtomicBool,
 }
 
 /// The accounts of every state open in the process.
@@ -118,6 +120,14 @@ impl OwnedState {
         self.account.as_ref().map_or(0, |a| a.bytes.load(Relaxed))
     }
 
+    /// Whether the state's last refused allocation was refused by its memory limit (rather than
+    /// by the system); clears the flag.
+    pub fn take_limit_refusal(&self) -> bool {
+        self.account
+            .as_ref()
+            .is_some_and(|a| a.limit_refused.swap(false, Relaxed))
+    }
+
     /// Limits the bytes the state may hold; an allocation past it fails as "not enough memory".
     /// False if this runtime cannot count the state's memory.
     pub fn set_limit(&self, bytes: usize) -> bool {
@@ -196,6 +206,7 @@ unsafe extern "C" fn allocate(
     }
     let limit = a.limit.load(Relaxed);
     if nsize > old && limit != 0 && bytes - old + nsize > limit {
+        a.limit_refused.store(true, Relaxed);
         return std::ptr::null_mut();
     }
     let p = if ptr.is_null() {
@@ -207,11 +218,11 @@ unsafe extern "C" fn allocate(
     };
     if p.is_null() {
         // Lua assumes a block never fails to shrink; the old block is big enough
-        return if nsize <= old {
-            ptr
-        } else {
-            std::ptr::null_mut()
-        };
+        if nsize <= old {
+            return ptr;
+        }
+        a.limit_refused.store(false, Relaxed);
+        return std::ptr::null_mut();
     }
     a.bytes.store(bytes - old + nsize, Relaxed);
     if ptr.is_null() {
