@@ -1,7 +1,7 @@
 # vmpool: the two commands of the README are `make demo` and `make test`; both install what they
 # need first (Debian packages through apt-get, crates through cargo).
 LUA ?= lua5.4
-RUNTIMES ?= lua5.1 lua5.4 luajit
+RUNTIMES ?= lua5.1 lua5.2 lua5.3 lua5.4 luajit
 
 .PHONY: all deps rock demo test lint bench report clean
 
@@ -10,7 +10,7 @@ all: rock
 deps:
 	@scripts/install-deps.sh
 
-# make rock LUA=lua5.1|lua5.4|luajit: builds and installs the rock into lua_modules/$(LUA)/
+# make rock LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit: builds and installs the rock into lua_modules/$(LUA)/
 rock: deps
 	@scripts/rock.sh $(LUA)
 

@@ -1,11 +1,11 @@
-# Sourced with LUA set (lua5.1, lua5.4 or luajit): sets VMPOOL_TREE, VMPOOL_LUA_VERSION and a
+# Sourced with LUA set (lua5.1, lua5.2, lua5.3, lua5.4 or luajit): sets VMPOOL_TREE, VMPOOL_LUA_VERSION and a
 # LUA_CPATH that finds the rock installed in lua_modules/<LUA>/ before anything else.
 case "$LUA" in
   lua5.1|luajit) VMPOOL_LUA_VERSION=5.1 ;;
-  lua5.4) VMPOOL_LUA_VERSION=5.4 ;;
-  *) echo "vmpool: LUA must be lua5.1, lua5.4 or luajit (got '$LUA')" >&2; exit 1 ;;
+  lua5.2|lua5.3|lua5.4) VMPOOL_LUA_VERSION=${LUA#lua} ;;
+  *) echo "vmpool: LUA must be lua5.1, lua5.2, lua5.3, lua5.4 or luajit (got '$LUA')" >&2; exit 1 ;;
 esac
 VMPOOL_TREE="lua_modules/$LUA"
 LUA_CPATH="$PWD/$VMPOOL_TREE/lib/lua/$VMPOOL_LUA_VERSION/?.so;;"
-unset LUA_CPATH_5_4 LUA_INIT LUA_INIT_5_4 2>/dev/null || true
+unset LUA_CPATH_5_2 LUA_CPATH_5_3 LUA_CPATH_5_4 LUA_INIT LUA_INIT_5_2 LUA_INIT_5_3 LUA_INIT_5_4 2>/dev/null || true
 export VMPOOL_TREE VMPOOL_LUA_VERSION LUA_CPATH

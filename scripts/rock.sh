@@ -1,7 +1,7 @@
 #!/bin/sh
 # Builds and installs the rock with LuaRocks into lua_modules/<LUA>/ (one tree per runtime: PUC 5.1
 # and LuaJIT both install into lib/lua/5.1, so sharing a tree would let the last install win).
-# Usage: scripts/rock.sh lua5.1|lua5.4|luajit
+# Usage: scripts/rock.sh lua5.1|lua5.2|lua5.3|lua5.4|luajit
 set -eu
 cd "$(dirname "$0")/.."
 LUA=${1:-lua5.4}

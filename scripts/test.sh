@@ -2,11 +2,11 @@
 # Runs every test suite: Rust tests, the same under ThreadSanitizer, bounded fuzzing, then for each
 # runtime the rock installed by LuaRocks, the busted specs against it and a short soak test; with
 # LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh).
-# Usage: scripts/test.sh [lua5.1 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0 and SOAK_SECONDS=0 skip
+# Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0 and SOAK_SECONDS=0 skip
 # the TSan runs, fuzzing and the soak test.
 set -eu
 cd "$(dirname "$0")/.."
-runtimes=${*:-"lua5.1 lua5.4 luajit"}
+runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 luajit"}
 echo "== cargo test"
 cargo test --quiet --locked
 # the bookkeeping's thread-safety under ThreadSanitizer (TSAN=0 skips)
