@@ -7,19 +7,7 @@ cd "$(dirname "$0")/.."
 LUA=${1:-lua5.4}
 . scripts/luaenv.sh
 mkdir -p "$VMPOOL_TREE"
-if [ "$LUA" = luajit ]; then
-  # LuaRocks 3.8 knows LuaJIT as a 5.1 interpreter with its own headers; keep that configuration
-  # inside the project instead of the user's home.
-  cat > "$VMPOOL_TREE/config.lua" <<CFG
-lua_interpreter = "luajit"
-variables = {
-  LUA_DIR = "/usr",
-  LUA_BINDIR = "/usr/bin",
-  LUA_INCDIR = "/usr/include/luajit-2.1",
-}
-CFG
-  export LUAROCKS_CONFIG="$PWD/$VMPOOL_TREE/config.lua"
-fi
+vmpool_luarocks_config "$PWD/$VMPOOL_TREE"
 luarocks --lua-version="$VMPOOL_LUA_VERSION" --tree "$VMPOOL_TREE" make rockspec/vmpool-scm-1.rockspec >"$VMPOOL_TREE/build.log" 2>&1 || {
   cat "$VMPOOL_TREE/build.log" >&2
   echo "vmpool: luarocks make failed for $LUA (log above)" >&2
