@@ -6,7 +6,7 @@ source = {
   url = "git+file:///dev/null", -- `luarocks make` builds the checkout it runs in
 }
 description = {
-  summary = "A pool of child Lua states on OS threads (Lua 5.1, 5.4, LuaJIT, OpenResty)",
+  summary = "A pool of child Lua states on OS threads (Lua 5.1 to 5.4, LuaJIT, OpenResty)",
   detailed = [[
 vmpool precompiles chunks once, ships the bytecode to a pool of child Lua states running on OS
 threads, and dispatches pool:invoke(chunk, fn, ...) to a free state. Core states stay resident,
@@ -26,4 +26,7 @@ build = {
       vmpool = "target/rock/vmpool.so",
     },
   },
+  -- the editor annotations (LuaLS ---@meta files), kept in the rock's directory:
+  -- `luarocks show --rock-dir vmpool`/types
+  copy_directories = { "types" },
 }
