@@ -3,7 +3,7 @@
 LUA ?= lua5.4
 RUNTIMES ?= lua5.1 lua5.2 lua5.3 lua5.4 luajit
 
-.PHONY: all deps rock demo test lint bench report clean
+.PHONY: all deps rock dist demo test lint bench report clean
 
 all: rock
 
@@ -13,6 +13,11 @@ deps:
 # make rock LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit: builds and installs the rock into lua_modules/$(LUA)/
 rock: deps
 	@scripts/rock.sh $(LUA)
+
+# make dist: the release, dist/vmpool-<version>-1.src.rock plus a manifest (luarocks install
+# --server=dist vmpool), from the tracked files of the working tree
+dist: deps
+	@scripts/dist.sh
 
 # the main job: a demo of the pool at work, with its stats
 demo: rock
@@ -35,7 +40,8 @@ report: deps
 lint: deps
 	cargo fmt --check
 	cargo clippy --all-targets --locked -- -D warnings
-	luacheck --quiet spec examples bench src/lua
+	luacheck --quiet spec examples bench src/lua rockspec types .busted
+	for r in rockspec/*.rockspec; do luarocks lint "$$r" || exit 1; done
 
 clean:
-	rm -rf target lua_modules
+	rm -rf target lua_modules dist

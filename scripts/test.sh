@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs every test suite: Rust tests, the same under ThreadSanitizer, bounded fuzzing, then for each
 # runtime the rock installed by LuaRocks, the busted specs against it and a short soak test; with
-# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh).
+# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh); last, the packed
+# release rock (make dist) installed into a fresh tree as a user would (scripts/install-check.sh).
 # Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0 and SOAK_SECONDS=0 skip
 # the TSan runs, fuzzing and the soak test.
 set -eu
@@ -25,3 +26,6 @@ for LUA in $runtimes; do
     scripts/test-ngx.sh
   fi
 done
+echo "== packed rock: make dist, luarocks install --server=dist into a fresh tree"
+scripts/dist.sh
+scripts/install-check.sh "${INSTALL_RUNTIMES:-lua5.4}"
