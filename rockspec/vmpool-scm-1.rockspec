@@ -1,5 +1,6 @@
 -- Builds with plain LuaRocks 3.8 (no rust-mlua build backend needed): the build command asks the
 -- target interpreter which runtime it is and builds the matching cargo feature.
+rockspec_format = "3.0"
 package = "vmpool"
 version = "scm-1"
 source = {
@@ -29,4 +30,12 @@ build = {
   -- the editor annotations (LuaLS ---@meta files), kept in the rock's directory:
   -- `luarocks show --rock-dir vmpool`/types
   copy_directories = { "types" },
+}
+test_dependencies = {
+  "busted >= 2.0",
+}
+test = {
+  -- runs the busted suite in spec/ with the interpreter LuaRocks targets (rockspec/test.lua)
+  type = "command",
+  script = "rockspec/test.lua",
 }

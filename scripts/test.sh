@@ -17,8 +17,10 @@ if [ "${FUZZ_SECONDS:-30}" != 0 ]; then scripts/fuzz.sh; fi
 for LUA in $runtimes; do
   echo "== $LUA: luarocks make"
   scripts/rock.sh "$LUA"
-  echo "== $LUA: busted"
-  ( . scripts/luaenv.sh && busted --lua="$LUA" --output=utfTerminal spec )
+  # the busted suite as `luarocks test` runs it (the rockspec's test section, rockspec/test.lua)
+  echo "== $LUA: busted (luarocks test)"
+  ( . scripts/luaenv.sh && vmpool_luarocks_config "$PWD/$VMPOOL_TREE" &&
+    luarocks --lua-version="$VMPOOL_LUA_VERSION" --tree "$VMPOOL_TREE" test rockspec/vmpool-scm-1.rockspec -- --output=utfTerminal )
   # every outcome under load, balanced counters, flat RSS (SOAK_SECONDS, 0 skips)
   if [ "${SOAK_SECONDS:-20}" != 0 ]; then scripts/soak.sh "$LUA"; fi
   if [ "$LUA" = luajit ]; then
