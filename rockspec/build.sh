@@ -15,8 +15,10 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 offline=""
 [ -d vendor ] && offline="--offline"
-cargo build --release --locked $offline --no-default-features --features "$feature,module" --target-dir "target/$feature"
+# VMPOOL_CARGO_FEATURES adds cargo features (e.g. portable-sys, the fallback scripts/test.sh tests)
+extra=${VMPOOL_CARGO_FEATURES:+,$VMPOOL_CARGO_FEATURES}
+cargo build --release --locked $offline --no-default-features --features "$feature,module$extra" --target-dir "target/$feature"
 mkdir -p target/rock
 # install(1) writes a new file: copying over a .so that a running process has loaded crashes it
 install -m 0755 "target/$feature/release/libvmpool.so" target/rock/vmpool.so
-echo "vmpool: built for $feature"
+echo "vmpool: built for $feature$extra"
