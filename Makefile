@@ -1,18 +1,24 @@
 # vmpool: the two commands of the README are `make demo` and `make test`; both install what they
 # need first (Debian packages through apt-get, crates through cargo).
 LUA ?= lua5.4
-RUNTIMES ?= lua5.1 lua5.4 luajit
+RUNTIMES ?= lua5.1 lua5.2 lua5.3 lua5.4 luajit
 
-.PHONY: all deps rock demo test lint bench report clean
+.PHONY: all deps rock dist demo test lint bench report clean
 
 all: rock
 
 deps:
 	@scripts/install-deps.sh
 
-# make rock LUA=lua5.1|lua5.4|luajit: builds and installs the rock into lua_modules/$(LUA)/
+# make rock LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit: builds and installs the rock into lua_modules/$(LUA)/
 rock: deps
 	@scripts/rock.sh $(LUA)
+
+# make dist: the release, dist/vmpool-<version>-1.src.rock plus a manifest (luarocks install
+# --server=dist vmpool), from the tracked files of the working tree; make dist VENDOR=1 writes
+# dist-vendored/, the same with every crate inside (3.5 MB; builds with no network at all)
+dist: deps
+	@scripts/dist.sh
 
 # the main job: a demo of the pool at work, with its stats
 demo: rock
@@ -35,7 +41,8 @@ report: deps
 lint: deps
 	cargo fmt --check
 	cargo clippy --all-targets --locked -- -D warnings
-	luacheck --quiet spec examples bench src/lua
+	luacheck --quiet spec examples bench src/lua rockspec types .busted
+	for r in rockspec/*.rockspec; do luarocks lint "$$r" || exit 1; done
 
 clean:
-	rm -rf target lua_modules
+	rm -rf target lua_modules dist dist-vendored

@@ -2,9 +2,9 @@
 # Installs the Debian packages vmpool needs (only the missing ones). Runs apt-get as root, or
 # through sudo. Usage: scripts/install-deps.sh [extra-package ...]
 set -eu
-pkgs="lua5.1 liblua5.1-0-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev luarocks lua-busted
+pkgs="lua5.1 liblua5.1-0-dev lua5.2 liblua5.2-dev lua5.3 liblua5.3-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev luarocks lua-busted
       lua-check lua-socket lua-posix lua-cqueues lua-luv nginx libnginx-mod-http-lua lua-resty-core wrk procps
-      pkg-config gcc make git $*"
+      pkg-config gcc make git zip unzip $*"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

@@ -8,7 +8,7 @@
 # Usage: scripts/soak.sh [runtimes]
 set -eu
 cd "$(dirname "$0")/.."
-runtimes=${*:-"lua5.1 lua5.4 luajit"}
+runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 luajit"}
 seconds=${SOAK_SECONDS:-20}
 # glibc's per-thread arenas keep memory freed by other threads' large allocations; two arenas keep
 # the RSS figures (printed as information) comparable between runs

@@ -1,23 +1,37 @@
 #!/bin/sh
 # Runs every test suite: Rust tests, the same under ThreadSanitizer, bounded fuzzing, then for each
 # runtime the rock installed by LuaRocks, the busted specs against it and a short soak test; with
-# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh).
-# Usage: scripts/test.sh [lua5.1 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0 and SOAK_SECONDS=0 skip
-# the TSan runs, fuzzing and the soak test.
+# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh); last, the packed
+# release rock (make dist) installed into a fresh tree as a user would (scripts/install-check.sh).
+# Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0, PORTABLE=0 and
+# SOAK_SECONDS=0 skip the TSan runs, fuzzing, the portable-sys fallback and the soak test.
 set -eu
 cd "$(dirname "$0")/.."
-runtimes=${*:-"lua5.1 lua5.4 luajit"}
+runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 luajit"}
 echo "== cargo test"
 cargo test --quiet --locked
 # the bookkeeping's thread-safety under ThreadSanitizer (TSAN=0 skips)
 if [ "${TSAN:-1}" != 0 ]; then scripts/tsan.sh; fi
 # bounded fuzzing of the value decoder and chunk loading (FUZZ_SECONDS per target, 0 skips)
 if [ "${FUZZ_SECONDS:-30}" != 0 ]; then scripts/fuzz.sh; fi
+# the portable fallback of src/sys.rs, as systems other than Linux build it: the Rust tests and the
+# busted suite on Lua 5.4 with the portable-sys feature (PORTABLE=0 skips)
+if [ "${PORTABLE:-1}" != 0 ]; then
+  echo "== cargo test --features portable-sys"
+  cargo test --quiet --locked --features portable-sys
+  echo "== lua5.4 with the portable-sys fallback: luarocks make, busted (luarocks test)"
+  VMPOOL_CARGO_FEATURES=portable-sys scripts/rock.sh lua5.4
+  grep -q "built for lua54,portable-sys" lua_modules/lua5.4/build.log
+  ( LUA=lua5.4 && . scripts/luaenv.sh && vmpool_luarocks_config "$PWD/$VMPOOL_TREE" &&
+    luarocks --lua-version=5.4 --tree "$VMPOOL_TREE" test rockspec/vmpool-scm-1.rockspec -- --output=utfTerminal )
+fi
 for LUA in $runtimes; do
   echo "== $LUA: luarocks make"
   scripts/rock.sh "$LUA"
-  echo "== $LUA: busted"
-  ( . scripts/luaenv.sh && busted --lua="$LUA" --output=utfTerminal spec )
+  # the busted suite as `luarocks test` runs it (the rockspec's test section, rockspec/test.lua)
+  echo "== $LUA: busted (luarocks test)"
+  ( . scripts/luaenv.sh && vmpool_luarocks_config "$PWD/$VMPOOL_TREE" &&
+    luarocks --lua-version="$VMPOOL_LUA_VERSION" --tree "$VMPOOL_TREE" test rockspec/vmpool-scm-1.rockspec -- --output=utfTerminal )
   # every outcome under load, balanced counters, nothing leaked (SOAK_SECONDS, 0 skips); the
   # proof that the leak check catches leaks runs with the first runtime only
   if [ "${SOAK_SECONDS:-20}" != 0 ]; then
@@ -30,3 +44,6 @@ for LUA in $runtimes; do
     scripts/test-ngx.sh
   fi
 done
+echo "== packed rock: make dist, luarocks install --server=dist into a fresh tree"
+scripts/dist.sh
+scripts/install-check.sh "${INSTALL_RUNTIMES:-lua5.4}"

@@ -8,7 +8,7 @@ local Child = require "spec.support.child"
 
 describe("when the system refuses new threads", function()
   if not Child.available then
-    pending("needs lua-posix (Lua 5.1 / LuaJIT)")
+    pending("needs lua-posix (Lua 5.1 to 5.3 / LuaJIT)")
     return
   end
 

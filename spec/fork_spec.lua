@@ -1,6 +1,6 @@
 -- A pool used in a child process after fork(): its threads did not survive the fork, so every use
 -- fails at once with "pool was created in another process" and close/GC return; nothing hangs.
--- Needs lua-posix (Debian ships it for Lua 5.1 and LuaJIT); tests/fork.rs covers Lua 5.4 and the
+-- Needs lua-posix (Debian ships it for Lua 5.1 to 5.3 and LuaJIT); tests/fork.rs covers Lua 5.4 and the
 -- case of a lock copied while held.
 local vmpool = require "vmpool"
 local Gate = require "spec.support.gate"
@@ -8,7 +8,7 @@ local Child = require "spec.support.child"
 
 describe("a pool after fork()", function()
   if not Child.available then
-    pending("needs lua-posix (Lua 5.1 / LuaJIT); tests/fork.rs covers Lua 5.4")
+    pending("needs lua-posix (Lua 5.1 to 5.3 / LuaJIT); tests/fork.rs covers Lua 5.4")
     return
   end
 

@@ -182,7 +182,7 @@ end
 
 cases.WrongProcess = function()
   if not Child.available then
-    pending("needs lua-posix to fork (Lua 5.1 / LuaJIT); tests/fork.rs checks this message on Lua 5.4")
+    pending("needs lua-posix to fork (Lua 5.1 to 5.3 / LuaJIT); tests/fork.rs checks this message on Lua 5.4")
     return
   end
   with_pool({ core = 1 }, "function f() end", function(pool)
@@ -195,7 +195,7 @@ end
 
 cases.Spawn = function()
   if not Child.available then
-    pending("needs lua-posix to cap a forked child's address space (Lua 5.1 / LuaJIT)")
+    pending("needs lua-posix to cap a forked child's address space (Lua 5.1 to 5.3 / LuaJIT)")
     return
   end
   local report = Child.run(function()
@@ -225,6 +225,35 @@ describe("error messages", function()
   for _, name in ipairs(names) do
     it(name, cases[name])
   end
+
+  -- the make rock LUA=... name of each runtime, and of the one running these specs
+  local ROCK_NAMES = { LuaJIT = "luajit", ["Lua 5.1"] = "lua5.1", ["Lua 5.2"] = "lua5.2", ["Lua 5.3"] = "lua5.3",
+    ["Lua 5.4"] = "lua5.4" }
+  it("BadArgument: no other runtime's build opens here (the linker refuses it or vmpool names the right build)",
+    function()
+      local here = ROCK_NAMES[vmpool.runtime]
+      local tried = 0
+      for runtime, name in pairs(ROCK_NAMES) do
+        local path = "lua_modules/" .. name .. "/lib/lua/" .. (name == "luajit" and "5.1" or name:sub(4))
+          .. "/vmpool.so"
+        local f = name ~= here and io.open(path)
+        if f then
+          f:close()
+          tried = tried + 1
+          local open, why = package.loadlib(path, "luaopen_vmpool")
+          if open then
+            local ok, err = pcall(open)
+            assert.is_false(ok, "the " .. runtime .. " build opened in " .. vmpool.runtime)
+            assert.are.equal("vmpool: this vmpool build is for " .. runtime .. " but was loaded into "
+              .. vmpool.runtime .. "; install the build for " .. vmpool.runtime .. " (e.g. make rock LUA=" .. here
+              .. ")", err)
+          else
+            assert.is_string(why)
+          end
+        end
+      end
+      if tried == 0 then pending("needs another runtime's build in lua_modules/ (scripts/rock.sh)") end
+    end)
 
   if IS_LUAJIT then
     it("BadArgument: a build for another runtime refuses to load (the Lua 5.1 build into LuaJIT)", function()

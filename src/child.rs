@@ -526,7 +526,7 @@ end
         if let Some(tripped) = self.limit_outcome(chunk, function) {
             return tripped;
         }
-        if rc == ffi::LUA_ERRMEM {
+        if rc == ffi::LUA_ERRMEM || crate::abi::is_buffer_memory_error(self.st.to_bytes(-1)) {
             if let Some(bytes) = self.memory_limit.filter(|_| self.heap.take_limit_refusal()) {
                 let e = Error::MemoryLimit {
                     chunk: chunk.into(),
@@ -657,12 +657,12 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     // space for that. Growing the stack there raises "not enough memory" unprotected on Lua 5.1
     // and LuaJIT (ending the process) in a state at its memory limit; reserve it here instead.
     // (A `false` from `check_stack` means the stack's size limit on Lua 5.1 and LuaJIT, which
-    // the encoder then reports, but usually no memory on Lua 5.4, which says no instead of
-    // raising.)
+    // the encoder then reports, but usually no memory on Lua 5.2 to 5.4, which say no instead
+    // of raising.)
     let n = st.top();
     if (1..=n).any(|i| st.type_of(i) == TTABLE)
         && !st.check_stack(ENCODE_STACK)
-        && cfg!(all(feature = "lua54", not(feature = "luajit")))
+        && cfg!(not(any(feature = "lua51", feature = "luajit")))
         && n < 900_000
     {
         ctx.failure = Failure::OutOfMemory;

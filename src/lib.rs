@@ -1,6 +1,6 @@
 //! # vmpool
 //!
-//! A pool of child Lua states on OS threads for a host Lua program (Lua 5.1, 5.4, LuaJIT,
+//! A pool of child Lua states on OS threads for a host Lua program (Lua 5.1 to 5.4, LuaJIT,
 //! OpenResty). The host compiles chunks once; each child state loads the bytecode once and keeps
 //! it; `pool:invoke(chunk, fn, ...)` runs `fn` in a free state and returns its results.
 //!
@@ -23,11 +23,17 @@
 //! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
 //!   check at load time, and fork detection.
 //!
-//! Build one cargo feature per runtime (`lua51`, `lua54`, `luajit`) plus `module` for the loadable
+//! Build one cargo feature per runtime (`lua51`, `lua52`, `lua53`, `lua54`, `luajit`) plus `module` for the loadable
 //! library; without `module` the crate links the system Lua, which is how `cargo test` runs.
 
-#[cfg(not(any(feature = "lua51", feature = "lua54", feature = "luajit")))]
-compile_error!("select a Lua runtime: --features lua51, lua54 or luajit");
+#[cfg(not(any(
+    feature = "lua51",
+    feature = "lua52",
+    feature = "lua53",
+    feature = "lua54",
+    feature = "luajit"
+)))]
+compile_error!("select a Lua runtime: --features lua51, lua52, lua53, lua54 or luajit");
 
 pub mod abi;
 pub mod call;

@@ -102,10 +102,11 @@ impl State {
         unsafe { ffi::lua_tonumber(self.0, idx) }
     }
 
-    /// The integer at `idx` if it is stored as an integer (Lua 5.3+ subtype); never on 5.1/LuaJIT.
+    /// The integer at `idx` if it is stored as an integer (Lua 5.3+ subtype); never on 5.1, 5.2
+    /// or LuaJIT, whose numbers are all floats.
     #[inline]
     pub fn to_integer_exact(self, idx: c_int) -> Option<i64> {
-        #[cfg(feature = "lua54")]
+        #[cfg(any(feature = "lua53", feature = "lua54"))]
         {
             // SAFETY: as for `top`.
             unsafe {
@@ -194,7 +195,7 @@ impl State {
 
     #[inline]
     pub fn push_integer(self, i: i64) {
-        // SAFETY: as for `push_nil`. On 5.1/LuaJIT lua_Integer is pointer-sized; values there come
+        // SAFETY: as for `push_nil`. On 5.1/5.2/LuaJIT lua_Integer is pointer-sized; values there come
         // from our own counters, never from user data (numbers cross as floats on those runtimes).
         unsafe { ffi::lua_pushinteger(self.0, i as ffi::lua_Integer) }
     }

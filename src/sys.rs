@@ -1,7 +1,30 @@
-//! What vmpool needs from the operating system: CPU count, fork detection and futexes.
+//! What vmpool needs from the operating system: CPU count, fork detection, waiting on a 32-bit
+//! word (futex style) and which CPU a thread runs on.
+//!
+//! The last two are Linux-specific (futexes, `sched_getcpu`, CPU affinity) and live in
+//! `sys/linux.rs`; `sys/portable.rs` is the fallback for other Unix systems (parking_lot's parking,
+//! no CPU moves). The `portable-sys` cargo feature builds the fallback on Linux too, so that it is
+//! tested here (scripts/test.sh).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Once;
+
+#[cfg(all(target_os = "linux", not(feature = "portable-sys")))]
+mod linux;
+#[cfg(all(target_os = "linux", not(feature = "portable-sys")))]
+pub use linux::{current_cpu, futex_wait, futex_wake, move_off_cpu};
+
+#[cfg(not(all(target_os = "linux", not(feature = "portable-sys"))))]
+mod portable;
+#[cfg(not(all(target_os = "linux", not(feature = "portable-sys"))))]
+pub use portable::{current_cpu, futex_wait, futex_wake, move_off_cpu};
+
+/// Which implementation of the waiting and CPU functions this build uses.
+pub const IMPLEMENTATION: &str = if cfg!(all(target_os = "linux", not(feature = "portable-sys"))) {
+    "linux"
+} else {
+    "portable"
+};
 
 /// CPUs this process may run on (honours `taskset`), at least 1.
 pub fn available_cpus() -> usize {
@@ -35,77 +58,66 @@ pub fn pid() -> u32 {
     std::process::id()
 }
 
-/// Sleeps while `word` still holds `expected` (or until woken, or `timeout`). May return
-/// spuriously: callers re-check their condition. Linux futex; the kernel compares and sleeps
-/// atomically, so a wake-up sent after the word changed is never lost.
-pub fn futex_wait(
-    word: &std::sync::atomic::AtomicU32,
-    expected: u32,
-    timeout: Option<std::time::Duration>,
-) {
-    let ts = timeout.map(|d| libc::timespec {
-        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-        tv_nsec: d.subsec_nanos() as libc::c_long,
-    });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `word` is a live, aligned 32-bit atomic for the duration of the call; the timeout
-    // points at a local timespec or is null. FUTEX_PRIVATE: the word is never shared across
-    // processes.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            ts_ptr,
-        );
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+    use std::sync::{mpsc, Arc};
+    use std::time::Duration;
 
-/// Wakes up to `n` threads sleeping in [`futex_wait`] on `word`.
-pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
-    // SAFETY: `word` is a live, aligned 32-bit atomic; waking has no other effect.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            n,
-        );
-    }
-}
-
-/// The CPU the calling thread runs on (a cheap read on current glibc, via rseq), or -1.
-pub fn current_cpu() -> i32 {
-    // SAFETY: plain query without arguments.
-    unsafe { libc::sched_getcpu() }
-}
-
-/// Moves the calling thread off CPU `cpu`, if its affinity allows another CPU, and leaves its
-/// affinity as it was. Used by a worker that keeps being woken on its caller's CPU: with the
-/// caller parked and the worker runnable in turn, the scheduler never sees an imbalance and keeps
-/// both on one CPU (each call then costs two context switches) while another CPU idles.
-pub fn move_off_cpu(cpu: i32) -> bool {
-    if cpu < 0 || cpu as usize >= libc::CPU_SETSIZE as usize {
-        return false;
-    }
-    let size = std::mem::size_of::<libc::cpu_set_t>();
-    // SAFETY: cpu_set_t is plain data; the calls get a valid pointer and its exact size, and only
-    // affect the calling thread (pid 0).
-    unsafe {
-        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
-        if libc::sched_getaffinity(0, size, &mut allowed) != 0
-            || !libc::CPU_ISSET(cpu as usize, &allowed)
-            || libc::CPU_COUNT(&allowed) < 2
-        {
-            return false;
+    #[test]
+    fn the_portable_sys_feature_selects_the_fallback() {
+        let expected = if cfg!(feature = "portable-sys") || !cfg!(target_os = "linux") {
+            "portable"
+        } else {
+            "linux"
+        };
+        assert_eq!(expected, IMPLEMENTATION);
+        if IMPLEMENTATION == "portable" {
+            assert_eq!(-1, current_cpu());
+            assert!(!move_off_cpu(0));
         }
-        let mut elsewhere = allowed;
-        libc::CPU_CLR(cpu as usize, &mut elsewhere);
-        let moved = libc::sched_setaffinity(0, size, &elsewhere) == 0;
-        libc::sched_setaffinity(0, size, &allowed);
-        moved
+    }
+
+    #[test]
+    fn a_wait_on_a_word_that_already_changed_returns_at_once() {
+        let word = AtomicU32::new(1);
+        // no timeout: if this slept, the test would hang instead of passing
+        futex_wait(&word, 0, None);
+    }
+
+    #[test]
+    fn a_wait_with_a_timeout_returns_without_a_wake_up() {
+        let word = AtomicU32::new(0);
+        futex_wait(&word, 0, Some(Duration::from_millis(1)));
+        assert_eq!(0, word.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_wake_after_the_word_changed_reaches_every_waiter() {
+        let word = Arc::new(AtomicU32::new(0));
+        let (done, finished) = mpsc::channel();
+        let waiters: Vec<_> = (0..3)
+            .map(|_| {
+                let (word, done) = (word.clone(), done.clone());
+                std::thread::spawn(move || {
+                    while word.load(Ordering::SeqCst) == 0 {
+                        futex_wait(&word, 0, None);
+                    }
+                    done.send(()).unwrap();
+                })
+            })
+            .collect();
+        word.store(1, Ordering::SeqCst);
+        futex_wake(&word, i32::MAX);
+        for _ in 0..3 {
+            // bounded: a lost wake-up fails here instead of hanging the test run
+            finished
+                .recv_timeout(Duration::from_secs(30))
+                .expect("a waiter was not woken");
+        }
+        for w in waiters {
+            w.join().unwrap();
+        }
     }
 }

@@ -14,14 +14,17 @@ local BAD_LEVELS = { "alert", "crit", "emerg" }
 local function example_conf(port, test_port)
   local conf = assert(H.read_file(EXAMPLE .. "/nginx.conf"))
   conf = H.replace_once(conf, "worker_processes 2;", "worker_processes 1;")
-  conf = H.replace_once(conf, "listen 127.0.0.1:8080;", "listen 127.0.0.1:" .. port .. ";")
-  conf = H.replace_once(conf, '"${prefix}../../lua_modules/luajit/lib/lua/5.1/?.so;;"', '"' .. ROCK_CPATH .. ';;"')
   conf = H.replace_once(conf, '"${prefix}?.lua;', '"' .. EXAMPLE .. "/?.lua;" .. H.ROOT .. "/spec/ngx/?.lua;")
   -- the test server goes at the end of the http block: before the file's last closing brace
   local last = conf:match(".*()}")
   conf = conf:sub(1, last - 1) .. "  include test_server.conf;\n" .. conf:sub(last)
   local test = assert(H.read_file(H.ROOT .. "/spec/ngx/test_server.conf")):gsub("@PORT@", test_port)
-  return conf, { ["test_server.conf"] = test }
+  -- what the example's run.sh writes: where the rock is, and the port
+  return conf, {
+    ["test_server.conf"] = test,
+    ["lua_cpath.conf"] = 'lua_package_cpath "' .. ROCK_CPATH .. ';;";\n',
+    ["listen.conf"] = "listen 127.0.0.1:" .. port .. ";\n",
+  }
 end
 
 -- Starts an instance from make_conf(port, port2), retrying with other ports if one was taken

@@ -1,4 +1,4 @@
--- Runs a function in a forked child process (lua-posix: Debian ships it for Lua 5.1 and LuaJIT)
+-- Runs a function in a forked child process (lua-posix: Debian ships it for Lua 5.1 to 5.3 and LuaJIT)
 -- and reports what it returned and how it exited. The child never returns into busted: it
 -- _exit()s. A child still running after the timeout is killed and reported as "hung".
 local socket = require "socket"

@@ -1,0 +1,104 @@
+-- The editor annotations (types/vmpool.lua, installed by the rock) cannot fall behind the module:
+-- every function and method it exports, every option vmpool.new accepts, every field of stats()
+-- and every function and setting of vmpool.ngx must appear there.
+local vmpool = require "vmpool"
+
+local function read(path)
+  local f = assert(io.open(path, "rb"))
+  local text = f:read("*a")
+  f:close()
+  return text
+end
+
+local ANNOTATIONS = read("types/vmpool.lua")
+
+-- what the file declares: functions as "<table>.<name>" / "<table>:<name>", fields per class
+local declared_functions, fields = {}, {}
+local class
+for line in ANNOTATIONS:gmatch("[^\n]+") do
+  local name = line:match("^function ([%w_.:]+)%(")
+  if name then declared_functions[name] = true end
+  class = line:match("^%-%-%-@class ([%w_.]+)") or class
+  local field = line:match("^%-%-%-@field ([%w_]+)")
+  if field then
+    fields[class] = fields[class] or {}
+    fields[class][field] = true
+  end
+end
+
+local function public_keys(t)
+  local keys = {}
+  for k in pairs(t) do
+    if type(k) == "string" and k:sub(1, 1) ~= "_" then keys[#keys + 1] = k end
+  end
+  table.sort(keys)
+  return keys
+end
+
+local function assert_all(kind, names, is_declared)
+  local missing = {}
+  for _, name in ipairs(names) do
+    if not is_declared(name) then missing[#missing + 1] = name end
+  end
+  assert(#names > 0, "found no " .. kind .. " to check")
+  assert(#missing == 0, "types/vmpool.lua lacks " .. kind .. ": " .. table.concat(missing, ", "))
+end
+
+describe("the editor annotations (types/vmpool.lua)", function()
+  it("are a LuaLS meta file", function()
+    assert.matches("^%-%-%-@meta vmpool\n", ANNOTATIONS)
+  end)
+
+  it("declare every function of the module and every other field", function()
+    local functions, others = {}, {}
+    for _, k in ipairs(public_keys(vmpool)) do
+      if type(vmpool[k]) == "function" then functions[#functions + 1] = k else others[#others + 1] = k end
+    end
+    assert_all("module functions", functions, function(k) return declared_functions["vmpool." .. k] end)
+    others[#others + 1] = "_VERSION"
+    assert_all("module fields", others, function(k) return fields.vmpool[k] end)
+  end)
+
+  it("declare every pool method and every stats() field", function()
+    local pool = vmpool.new { core = 1 }
+    local methods = public_keys(getmetatable(pool).__index)
+    local stats = public_keys(pool:stats())
+    pool:close()
+    assert_all("pool methods", methods, function(k) return declared_functions["Pool:" .. k] end)
+    assert_all("stats() fields", stats, function(k) return fields["vmpool.Stats"][k] end)
+  end)
+
+  it("declare every future method", function()
+    local pool = vmpool.new { core = 1 }
+    pool:compile("c", "function f() return 1 end")
+    local fut = pool:submit("c", "f")
+    fut:wait()
+    local methods = public_keys(getmetatable(fut).__index)
+    pool:close()
+    assert_all("future methods", methods, function(k) return declared_functions["Future:" .. k] end)
+  end)
+
+  it("declare every option vmpool.new accepts (the list its unknown-option error gives)", function()
+    local _, err = pcall(vmpool.new, { no_such_option = 1 })
+    local list = assert(err:match("known options: ([%w_, ]+)%)"), "no option list in: " .. err)
+    local options = {}
+    for name in list:gmatch("[%w_]+") do options[#options + 1] = name end
+    assert_all("vmpool.new options", options, function(k) return fields["vmpool.Options"][k] end)
+  end)
+
+  -- vmpool.ngx exists only inside nginx: read its exports from its source instead
+  it("declare every function and setting of vmpool.ngx (src/lua/ngx.lua)", function()
+    local source = read("src/lua/ngx.lua")
+    local functions = {}
+    for name in source:gmatch("\nfunction A%.([%w_]+)%(") do
+      if name:sub(1, 1) ~= "_" then functions[#functions + 1] = name end
+    end
+    assert_all("vmpool.ngx functions", functions, function(k) return declared_functions["ngx_adapter." .. k] end)
+    local settings = {}
+    local config = assert(source:match("\nlocal config = (%b{})"), "no config table in ngx.lua")
+    for name in config:gmatch("\n  ([%w_]+) = ") do
+      settings[#settings + 1] = name
+    end
+    assert_all("vmpool.ngx.configure settings", settings, function(k) return fields["vmpool.ngx.Options"][k] end)
+  end)
+end)

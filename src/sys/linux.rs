@@ -1,0 +1,76 @@
+//! The Linux versions of the waiting and CPU functions: futexes, `sched_getcpu` and CPU affinity.
+
+/// Sleeps while `word` still holds `expected` (or until woken, or `timeout`). May return
+/// spuriously: callers re-check their condition. Linux futex; the kernel compares and sleeps
+/// atomically, so a wake-up sent after the word changed is never lost.
+pub fn futex_wait(
+    word: &std::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout: Option<std::time::Duration>,
+) {
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: `word` is a live, aligned 32-bit atomic for the duration of the call; the timeout
+    // points at a local timespec or is null. FUTEX_PRIVATE: the word is never shared across
+    // processes.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            ts_ptr,
+        );
+    }
+}
+
+/// Wakes up to `n` threads sleeping in [`futex_wait`] on `word`.
+pub fn futex_wake(word: &std::sync::atomic::AtomicU32, n: i32) {
+    // SAFETY: `word` is a live, aligned 32-bit atomic; waking has no other effect.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            n,
+        );
+    }
+}
+
+/// The CPU the calling thread runs on (a cheap read on current glibc, via rseq), or -1.
+pub fn current_cpu() -> i32 {
+    // SAFETY: plain query without arguments.
+    unsafe { libc::sched_getcpu() }
+}
+
+/// Moves the calling thread off CPU `cpu`, if its affinity allows another CPU, and leaves its
+/// affinity as it was. Used by a worker that keeps being woken on its caller's CPU: with the
+/// caller parked and the worker runnable in turn, the scheduler never sees an imbalance and keeps
+/// both on one CPU (each call then costs two context switches) while another CPU idles.
+pub fn move_off_cpu(cpu: i32) -> bool {
+    if cpu < 0 || cpu as usize >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: cpu_set_t is plain data; the calls get a valid pointer and its exact size, and only
+    // affect the calling thread (pid 0).
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0
+            || !libc::CPU_ISSET(cpu as usize, &allowed)
+            || libc::CPU_COUNT(&allowed) < 2
+        {
+            return false;
+        }
+        let mut elsewhere = allowed;
+        libc::CPU_CLR(cpu as usize, &mut elsewhere);
+        let moved = libc::sched_setaffinity(0, size, &elsewhere) == 0;
+        libc::sched_setaffinity(0, size, &allowed);
+        moved
+    }
+}

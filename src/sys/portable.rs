@@ -1,0 +1,60 @@
+//! The fallback for systems without Linux's futexes, `sched_getcpu` and affinity calls: waiting on
+//! a word through parking_lot's parking lot (keyed by the word's address), and no CPU moves.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot_core::{FilterOp, ParkToken, DEFAULT_PARK_TOKEN, DEFAULT_UNPARK_TOKEN};
+
+fn key(word: &AtomicU32) -> usize {
+    word as *const AtomicU32 as usize
+}
+
+/// Sleeps while `word` still holds `expected` (or until woken, or `timeout`). May return
+/// spuriously: callers re-check their condition. The check runs under the parking lot's bucket
+/// lock, which [`futex_wake`] takes too, so a wake-up sent after the word changed is never lost.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    let deadline = timeout.and_then(|d| Instant::now().checked_add(d));
+    // SAFETY: the key is the address of an atomic the caller owns and that is never a parking_lot
+    // lock; the closures neither panic nor call into parking_lot.
+    unsafe {
+        parking_lot_core::park(
+            key(word),
+            || word.load(Ordering::SeqCst) == expected,
+            || {},
+            |_, _| {},
+            DEFAULT_PARK_TOKEN,
+            deadline,
+        );
+    }
+}
+
+/// Wakes up to `n` threads sleeping in [`futex_wait`] on `word`.
+pub fn futex_wake(word: &AtomicU32, n: i32) {
+    let mut left = n.max(0);
+    // SAFETY: as for `futex_wait`; the filter and callback neither panic nor call into parking_lot.
+    unsafe {
+        parking_lot_core::unpark_filter(
+            key(word),
+            |_: ParkToken| {
+                if left == 0 {
+                    FilterOp::Stop
+                } else {
+                    left -= 1;
+                    FilterOp::Unpark
+                }
+            },
+            |_| DEFAULT_UNPARK_TOKEN,
+        );
+    }
+}
+
+/// Unknown here: -1 (callers then skip moving a worker off its caller's CPU).
+pub fn current_cpu() -> i32 {
+    -1
+}
+
+/// Never moves: without affinity calls the scheduler places threads itself.
+pub fn move_off_cpu(_cpu: i32) -> bool {
+    false
+}

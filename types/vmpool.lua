@@ -1,0 +1,196 @@
+---@meta vmpool
+-- Editor annotations for vmpool (LuaLS / EmmyLua). This file is never loaded by Lua: the rock
+-- installs it in `$(luarocks show --rock-dir vmpool)/types/`; add that directory to LuaLS's
+-- `workspace.library` (README.md, "Editor annotations"). spec/annotations_spec.lua checks that
+-- every function, method and option of the module appears here. Every error is a plain string
+-- that starts with "vmpool:" (README.md, "Errors").
+
+---@alias vmpool.Runtime "Lua 5.1"|"Lua 5.2"|"Lua 5.3"|"Lua 5.4"|"LuaJIT"
+
+---@class vmpool
+---@field _VERSION string The library version, e.g. "0.1.0".
+---@field runtime vmpool.Runtime The runtime this build is for.
+---@field awaiter? fun(fut: vmpool.Future) Scheduler hook for co_invoke in coroutines vmpool.run does not drive: must return once fut:ready() is true, yielding meanwhile. Default nil.
+---@field ngx? vmpool.ngx The OpenResty adapter; present only inside nginx (ngx_lua).
+local vmpool = {}
+
+---Options of vmpool.new; every one is optional.
+---@class vmpool.Options
+---@field core? integer Resident states, created by new and kept until close(). Default: the CPUs this process may use.
+---@field max_noncore? integer Extra states created when every state is busy (math.huge: unlimited), closed after idle_timeout. Default 0.
+---@field blocking? boolean When every state is busy: true queues the call (up to acquire_timeout), false fails it at once. Default true.
+---@field acquire_timeout? number Seconds a queued call waits for a state (math.huge: forever). Default 30.
+---@field idle_timeout? number Seconds a non-core state may stay idle before it is closed (0: right after its call, math.huge: never). Default 60.
+---@field init? string Lua source run once in every new state, before any chunk. Default none.
+---@field time_limit? number Seconds a single call may run (math.huge: no limit, but fut:cancel() interrupts running calls). Default 0 (none).
+---@field memory_limit? integer Bytes one state may allocate. Default 0 (none).
+---@field max_waiting? integer Most calls queued at once (blocking = true); beyond it calls fail with "queue full". Default unlimited.
+---@field jit? boolean LuaJIT only: whether children compile to machine code (true with a time_limit is refused). Default true, false with a time_limit; ignored elsewhere.
+
+---Creates a pool and its core states.
+---Errors: a bad or unknown option, core = 0 with max_noncore = 0, a failing init, a limit the
+---runtime cannot enforce, a state or thread that cannot be created.
+---@param options? vmpool.Options
+---@return vmpool.Pool pool
+function vmpool.new(options) end
+
+---Seconds on a monotonic clock (for timing).
+---@return number seconds
+function vmpool.clock() end
+
+---Runs fn(...) in a coroutine, plus every coroutine vmpool.spawn starts inside it, resuming each
+---when its call completes; sleeps on the pool's completion signal while all wait.
+---Errors: "vmpool.run: a coroutine failed: <error and traceback>"; vmpool.run inside vmpool.run.
+---@param fn fun(...): ...
+---@param ... any arguments for fn
+---@return any ... fn's results, once every coroutine is done
+function vmpool.run(fn, ...) end
+
+---Starts fn(...) as another coroutine of the running vmpool.run.
+---Errors: called outside vmpool.run.
+---@param fn fun(...)
+---@param ... any arguments for fn
+function vmpool.spawn(fn, ...) end
+
+---A pool of child Lua states (vmpool.new). After close(), every method but stats() raises
+---"vmpool: pool is closed".
+---@class vmpool.Pool
+local Pool = {}
+
+---Compiles source once in the host as chunk name; compiling a name again replaces it.
+---Errors: a syntax error (with chunk name and line), bytecode instead of source, a closed pool.
+---@param name string
+---@param source string Lua source text
+---@return true
+function Pool:compile(name, source) end
+
+---Runs function fn of chunk name (a field of the table the chunk returned, else a global it
+---defined) in a free state and returns its results. Blocks the calling OS thread.
+---Errors: unknown chunk, no such function, a value that cannot cross, the child's error with its
+---traceback, pool exhausted (blocking = false), timed out waiting for a state, queue full, time or
+---memory limit exceeded, pool closed.
+---@param name string chunk name
+---@param fn string function name
+---@param ... nil|boolean|number|string|table arguments (copied into the child)
+---@return any ... the function's results
+function Pool:invoke(name, fn, ...) end
+
+---Like invoke, but returns a future at once; the state is reserved (or the call queued) now.
+---Errors: those of invoke that happen before the call is dispatched.
+---@param name string chunk name
+---@param fn string function name
+---@param ... nil|boolean|number|string|table arguments
+---@return vmpool.Future fut
+function Pool:submit(name, fn, ...) end
+
+---Like invoke, but yields the running coroutine instead of blocking the OS thread when a scheduler
+---drives it (vmpool.run, OpenResty, vmpool.awaiter); elsewhere exactly like invoke.
+---Errors: those of invoke; in nginx, a phase that cannot yield.
+---@param name string chunk name
+---@param fn string function name
+---@param ... nil|boolean|number|string|table arguments
+---@return any ... the function's results
+function Pool:co_invoke(name, fn, ...) end
+
+---Removes a chunk; later calls into it fail with "vmpool: unknown chunk".
+---@param name string
+---@return boolean removed true if there was such a chunk
+function Pool:unload(name) end
+
+---The live picture and the counters since vmpool.new.
+---@return vmpool.Stats
+function Pool:stats() end
+
+---Fails queued calls, waits for running calls, closes every state and joins every thread.
+---Idempotent; garbage collection (and <close> on Lua 5.4) does the same.
+function Pool:close() end
+
+---@class vmpool.Stats
+---@field core integer core states alive
+---@field noncore integer non-core states alive
+---@field idle integer states free (core + noncore = idle + busy)
+---@field busy integer states reserved
+---@field waiting integer calls queued for a state
+---@field created integer states created since new
+---@field closed integer states closed since new
+---@field invokes integer calls accepted for dispatch
+---@field succeeded integer calls that returned
+---@field errors integer calls that raised an error
+---@field rejected integer calls refused (pool exhausted, queue full, closed)
+---@field timeouts integer calls that timed out waiting for a state or ran past time_limit
+---@field cancelled integer calls cancelled
+
+---The pending result of pool:submit.
+---@class vmpool.Future
+local Future = {}
+
+---True once the call finished (successfully or not).
+---@return boolean
+function Future:ready() end
+
+---Waits for the call (blocking the OS thread) and returns its results; raises the call's error.
+---Results can be read again.
+---@param timeout? number seconds; past it returns nil and "vmpool: timed out after ...s waiting for the call to finish ..."
+---@return any ... the call's results
+function Future:wait(timeout) end
+
+---Cancels the call: true if it had not started (it never runs). A running call is interrupted at
+---its next hook check in pools with a time_limit (then false). wait then raises
+---"vmpool: call was cancelled".
+---@return boolean
+function Future:cancel() end
+
+---A file descriptor readable while some subscribed future of the pool has finished and its owner
+---has not looked at it yet, for event loops (cqueues, luv); re-check ready() after each wake-up.
+---@return integer fd
+function Future:pollfd() end
+
+---cqueues' polling protocol: the events to wait for on pollfd().
+---@return "r"
+function Future:events() end
+
+---cqueues' polling protocol: no timeout of its own.
+---@return nil
+function Future:timeout() end
+
+---The OpenResty adapter (inside nginx: require("vmpool").ngx).
+---@class vmpool.ngx
+local ngx_adapter = {}
+
+---Settings of vmpool.ngx.configure, for this worker process.
+---@class vmpool.ngx.Options
+---@field wait_timeout? number Seconds a request waits for its call before it gives up and cancels it. Default 60.
+---@field socket_dir? string Where the doorbell socket exists during its setup; writable by the worker user, short. Default "/tmp".
+---@field batch? boolean Hand a turn's calls to the pool together; false submits each at once. Default true.
+---@field idle_timeout? number Seconds the light thread's read may sleep when the exit watch could not be armed. Default 300.
+
+---This worker's pool called name, made by create() the first time (refused in init_by_lua).
+---Errors: no create and no such pool; called in init_by_lua.
+---@param name string
+---@param create? fun(): vmpool.Pool
+---@return vmpool.Pool
+function ngx_adapter.pool(name, create) end
+
+---Waits for a future from pool:submit, yielding the request (blocking in init phases).
+---Errors: the call's error; "vmpool: gave up after ...s waiting for the call to finish (...)".
+---@param fut vmpool.Future
+---@param timeout? number seconds (default: wait_timeout)
+---@return any ... the call's results
+function ngx_adapter.wait(fut, timeout) end
+
+---Settings for this worker process (call it in init_by_lua or init_worker_by_lua).
+---@param options vmpool.ngx.Options
+function ngx_adapter.configure(options) end
+
+---Starts the light thread now instead of at the first wait (optional, in init_worker_by_lua).
+function ngx_adapter.init_worker() end
+
+---Closes this worker's pools made by vmpool.ngx.pool and the doorbell (in exit_worker_by_lua).
+function ngx_adapter.exit_worker() end
+
+---This worker's adapter state and counters: reader, waiting, waits, wakeups, completions,
+---dropped, timeouts, flushes, reader_starts.
+---@return table
+function ngx_adapter.stats() end
+
+return vmpool
