@@ -41,6 +41,7 @@ pub mod lua;
 pub mod mailbox;
 pub mod notify;
 pub mod pool;
+pub mod shared;
 pub mod spin;
 pub mod sys;
 pub mod value;

@@ -11,6 +11,7 @@ pub mod future_api;
 pub mod notifier_api;
 pub mod options;
 pub mod pool_api;
+pub mod shared_api;
 pub mod userdata;
 
 use std::ffi::c_int;
@@ -79,6 +80,7 @@ const DRIVER_META: Methods = &[("__gc", driver_api::gc)];
 const FUNCTIONS: Methods = &[
     ("new", pool_api::new_pool),
     ("clock", clock),
+    ("shared", shared_api::shared),
     ("_notifier", notifier_api::new_notifier),
     ("_driver", driver_api::new_driver),
 ];

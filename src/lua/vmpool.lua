@@ -14,6 +14,7 @@ local M = {
   runtime = native.runtime,
   new = native.new,
   clock = native.clock,
+  shared = native.shared,
   --- Schedulers other than vmpool.run plug in here (see the README): called as awaiter(fut) inside
   --- a coroutine, it must return once fut:ready() is true, yielding meanwhile.
   awaiter = nil,
