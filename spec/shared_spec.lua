@@ -39,8 +39,8 @@ describe("vmpool.shared", function()
       vmpool.shared("spec-clash", { capacity = "64k" })
       assert.are.equal(65536, vmpool.shared("spec-clash"):capacity())
       assert.are.equal(65536, vmpool.shared("spec-clash", { capacity = 65536 }):capacity())
-      assert.matches("^vmpool: shared dictionary 'spec%-clash' already exists with capacity = 65536 %(asked for 131072%)",
-        err_of(vmpool.shared, "spec-clash", { capacity = "128k" }))
+      assert.matches("^vmpool: shared dictionary 'spec%-clash' already exists with capacity = 65536 "
+        .. "%(asked for 131072%)", err_of(vmpool.shared, "spec-clash", { capacity = "128k" }))
     end)
 
     it("refuses bad names and options with vmpool: errors", function()
