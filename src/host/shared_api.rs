@@ -649,6 +649,10 @@ fn ttl_impl(st: State) -> Result<c_int, Error> {
     let d = this(st, "ttl")?;
     let k = key(st, 2, "ttl")?;
     match d.dict.ttl(k) {
+        Some(0) => {
+            st.push_integer(0);
+            Ok(1)
+        }
         Some(ns) => {
             ensure_stack(st, 1)?;
             st.push_number(ns as f64 / 1e9);
