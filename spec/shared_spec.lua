@@ -106,6 +106,8 @@ describe("vmpool.shared", function()
       assert.are.equal("v", d:get("k"))
       d:_advance(1.5)
       assert.is_nil(d:get("k"))
+      d:set("forever", "v", math.huge)
+      assert.are.equal(0, d:ttl("forever"))
     end)
 
     it("raises vmpool: errors for bad keys, values, exptimes and flags", function()
