@@ -737,6 +737,41 @@ mod tests {
     }
 
     #[test]
+    fn threads_evicting_from_each_others_shards_keep_the_accounting_exact() {
+        let d = std::sync::Arc::new(Dict::new(8192, 4));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let d = d.clone();
+                std::thread::spawn(move || {
+                    for i in 0..3000u32 {
+                        let k = format!("t{t}-{}", i % 97);
+                        let v = Scalar::Str(vec![b'x'; (i % 300) as usize].into());
+                        let _ = d.store(Mode::Set, i % 5 == 0, k.as_bytes(), Some(v), 0, 0);
+                        let _ =
+                            d.push(b"shared-list", Item::Num(Number::Int(i as i64)), i % 2 == 0);
+                        if i % 3 == 0 {
+                            let _ = d.pop(b"shared-list", true);
+                        }
+                        assert!(d.free_space() <= d.capacity());
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let used: usize = d
+            .shards
+            .iter()
+            .map(|s| s.lock().iter().map(|(_, e)| e.size).sum::<usize>())
+            .sum();
+        assert_eq!(d.capacity() - d.free_space(), used);
+        d.flush_all();
+        d.flush_expired(0);
+        assert_eq!(d.free_space(), d.capacity());
+    }
+
+    #[test]
     fn threads_hammering_the_same_keys_keep_counts_exact() {
         let d = std::sync::Arc::new(Dict::new(1 << 20, 8));
         let threads: Vec<_> = (0..4)
