@@ -8,6 +8,7 @@ pub mod call_cache;
 pub mod count_alloc;
 pub mod driver_api;
 pub mod future_api;
+pub mod ngx_state_api;
 pub mod notifier_api;
 pub mod options;
 pub mod pool_api;
@@ -81,6 +82,7 @@ const FUNCTIONS: Methods = &[
     ("new", pool_api::new_pool),
     ("clock", clock),
     ("shared", shared_api::shared),
+    ("_ngx_state", ngx_state_api::ngx_state),
     ("_notifier", notifier_api::new_notifier),
     ("_driver", driver_api::new_driver),
 ];

@@ -15,6 +15,7 @@ local M = {
   new = native.new,
   clock = native.clock,
   shared = native.shared,
+  _ngx_state = native._ngx_state, -- pool states in nginx: sets their `ngx` (src/lua/ngx_state.lua)
   --- Schedulers other than vmpool.run plug in here (see the README): called as awaiter(fut) inside
   --- a coroutine, it must return once fut:ready() is true, yielding meanwhile.
   awaiter = nil,
