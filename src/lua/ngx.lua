@@ -537,9 +537,10 @@ function A.stats()
   }
 end
 
--- Pool states created in nginx get an `ngx` of their own (src/lua/ngx_state.lua) unless the pool
--- is created with ngx_api = false: its set-up is put before the pool's init code, on the same line
--- so that init's line numbers stay right.
+-- Pool states created in nginx get an `ngx` of their own (src/lua/ngx_state.lua): the option
+-- ngx_api of vmpool.new, default true here (outside nginx there is no such option); false leaves
+-- it out. Its set-up is put before the pool's init code, on the same line so that init's line
+-- numbers stay right.
 do
   local plain_new = M.new
   local SETUP = 'require("vmpool")._ngx_state() '
