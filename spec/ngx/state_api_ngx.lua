@@ -107,6 +107,49 @@ describe("ngx in pool states (the peer's t/166-worker-thread.t tests 18-47)", fu
     end
   end
 
+  -- the rest of the peer's file, where vmpool can express it
+  local REST = {
+    t1 = "true : hello\n",
+    t3 = "true , true\n",
+    t5 = "true , true\n",
+    t6 = "true , true\n",
+    t7 = { "^false : vmpool: cannot pass argument #1 to 'hello': a function value %(only nil" },
+    t8 = "true : hello , 200\n",
+    t9 = { "^false : vmpool: unknown chunk 'no such module'" },
+    t13 = { "^false : vmpool: cannot pass argument #1 to 'hello': a function value at %[1%]%.dummy %(" },
+    t14 = { "^false , vmpool: cannot pass result #1 of 'hello': a function value at %[1%]%.dummy %(" },
+    t15 = { "^false : vmpool: bad argument #1 to 'co_invoke'" },
+    t16 = { "^false : vmpool: bad argument #2 to 'co_invoke'" },
+    t48 = { "^false , vmpool: cannot pass argument #1 to 'hello': a table that contains itself %(a cycle%) at "
+      .. "%.a %(" },
+    t49 = { "^false , vmpool: cannot pass argument #1 to 'hello': a table that contains itself %(a cycle%) at "
+      .. "%.a%.b %(" },
+    t50 = "true : hello\ntrue : hello\n",
+    t51 = { "^true : 10000000\ntrue : %d+%.?%d*\n$" },
+  }
+  for _, name in ipairs { "t1", "t3", "t5", "t6", "t7", "t8", "t9", "t13", "t14", "t15", "t16", "t48", "t49",
+    "t50", "t51" } do
+    it("passes the peer's test " .. name:sub(2) .. " (vmpool's messages where they differ)", function()
+      check(name, case(name), REST[name])
+    end)
+  end
+
+  it("keeps working after a light thread waiting for a call is killed (the peer's test 11)", function()
+    assert.are.equal("killed\n", case("t11kill"))
+    assert.are.equal("true : hello\n", case("t1"))
+  end)
+
+  it("keeps working after ngx.exit while a light thread waits for a call (the peer's test 12)", function()
+    -- nginx ends that response abruptly (as for the peer: no body); read what it sent
+    local c = H.send(port, "/case?n=t12")
+    local all, _, partial = c:receive("*a")
+    c:close()
+    local response = all or partial
+    assert.matches("^HTTP/1%.%d 200 ", response)
+    assert.matches("\r\n\r\n$", response)
+    assert.are.equal("true : hello\n", case("t1"))
+  end)
+
   it("passes ngx.null and cjson.null both ways as the receiver's ngx.null", function()
     assert.are.equal("true true\ntrue true\n", case("null"))
   end)

@@ -378,6 +378,186 @@ return { kind = function() return type(ngx) end }
   ngx.say(select(2, run("m", "kind")))
 end }
 
+-- the rest of t/166-worker-thread.t that vmpool can express (regression tests; vmpool's own
+-- messages where the peer has its own)
+
+local HELLO = [[
+local function hello()
+    return "hello"
+end
+return {hello=hello}
+]]
+
+CASES.t1 = { module = "hello", child = HELLO }
+
+CASES.t3 = { module = "hello", child = [[
+local function hello(arg1)
+    if arg1.hello == "world" and arg1[1].embed == 1 then
+        return true
+    end
+    return false
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, ok_or_err = run("hello", "hello", {["hello"]="world", [1]={["embed"]=1}})
+  ngx.say(ok, " , ", ok_or_err)
+end }
+
+CASES.t5 = { module = "hello", child = [[
+local b='ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
+local function enc(data)
+    return ((data:gsub('.', function(x)
+        local r,b='',x:byte()
+        for i=8,1,-1 do r=r..(b%2^i-b%2^(i-1)>0 and '1' or '0') end
+        return r;
+    end)..'0000'):gsub('%d%d%d?%d?%d?%d?', function(x)
+        if (#x < 6) then return '' end
+        local c=0
+        for i=1,6 do c=c+(x:sub(i,i)=='1' and 2^(6-i) or 0) end
+        return b:sub(c+1,c+1)
+    end)..({ '', '==', '=' })[#data%3+1])
+end
+return {enc=enc}
+]], host = function(run)
+  local ok, base64 = run("hello", "enc", "hello")
+  ngx.say(ok, " , ", base64 == "aGVsbG8=")
+end }
+
+CASES.t6 = { module = "hello", child = [[
+local function hello()
+    return {["hello"]="world", [1]={["embed"]=1}}
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, ret = run("hello", "hello")
+  if ret.hello == "world" and ret[1].embed == 1 then
+    ngx.say(ok, " , ", true)
+  end
+end }
+
+CASES.t7 = { module = "hello", child = HELLO, host = function(run)
+  local function dummy() end
+  local ok, err = run("hello", "hello", dummy)
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t8 = { module = "hello", child = [[
+local function hello()
+    return "hello", 200
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, res1, res2 = run("hello", "hello")
+  ngx.say(ok, " : ", res1, " , ", res2)
+end }
+
+CASES.t9 = { host = function(run) -- nothing compiled under that name
+  local ok, err = run("no such module", "hello")
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t11kill = { module = "hello", child = [[
+local function hello()
+    os.execute("sleep 1")
+    return "hello"
+end
+return {hello=hello}
+]], host = function(run)
+  local function t()
+    local ok, hello_or_err = run("hello", "hello")
+    ngx.say(ok, " : ", hello_or_err)
+  end
+  local t1 = ngx.thread.spawn(t)
+  ngx.thread.kill(t1)
+  ngx.say("killed")
+end }
+
+CASES.t12 = { module = "hello", child = CASES.t11kill.child, host = function(run)
+  local function t()
+    local ok, hello_or_err = run("hello", "hello")
+    ngx.say(ok, " : ", hello_or_err)
+  end
+  ngx.thread.spawn(t)
+  ngx.exit(200)
+end }
+
+CASES.t13 = { module = "hello", child = HELLO, host = function(run)
+  local function dummy() end
+  local ok, err = run("hello", "hello", {["hello"]="world", [1]={["embed"]=1, ["dummy"]=dummy}})
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t14 = { module = "hello", child = [[
+local function hello()
+    local function dummy() end
+    return {["hello"]="world", [1]={["embed"]=1, ["dummy"]=dummy}}
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, ret = run("hello", "hello")
+  if ok == false then
+    ngx.say("false", " , ", ret)
+  end
+end }
+
+CASES.t15 = { module = "hello", child = HELLO, host = function(run)
+  local function dummy() end
+  local ok, err = run(dummy, "hello")
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t16 = { module = "hello", child = HELLO, host = function(run)
+  local function dummy() end
+  local ok, err = run("hello", dummy)
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t48 = { module = "hello", child = [[
+local function hello(arg1)
+    return true
+end
+return {hello=hello}
+]], host = function(run)
+  local t = {}
+  t.a = t
+  local ok, ok_or_err = run("hello", "hello", t)
+  ngx.say(ok, " , ", ok_or_err)
+end }
+
+CASES.t49 = { module = "hello", child = CASES.t48.child, host = function(run)
+  local t = {}
+  local s = {}
+  t.a = s
+  s.b = t
+  local ok, ok_or_err = run("hello", "hello", t)
+  ngx.say(ok, " , ", ok_or_err)
+end }
+
+CASES.t50 = { module = "hello", child = HELLO, host = function(run)
+  local ok, hello_or_err = run("hello", "hello")
+  ngx.say(ok, " : ", hello_or_err)
+  ok, hello_or_err = run("hello", "hello")
+  ngx.say(ok, " : ", hello_or_err)
+end }
+
+CASES.t51 = { module = "hello", child = [[
+local function hello()
+    return string.rep("helloworld", 1000000)
+end
+local function gcsize()
+    return collectgarbage("count")
+end
+return {
+    hello = hello,
+    gcsize = gcsize
+}
+]], host = function(run)
+  local ok, hello_or_err = run("hello", "hello")
+  ngx.say(ok, " : ", #hello_or_err)
+  local ok2, gcsize_or_err = run("hello", "gcsize")
+  ngx.say(ok2, " : ", gcsize_or_err)
+end }
+
 -- the peer's test cases whose host code is the common one
 for _, case in pairs(CASES) do
   case.host = case.host or CASES[18].host
@@ -402,7 +582,7 @@ return function()
   dogs:flush_all()
   dogs:flush_expired()
   local pool = the_pool(case.pool or "api")
-  pool:compile(case.module, case.child)
+  if case.module then pool:compile(case.module, case.child) end
   local function run(module, fn, ...)
     return pcall(pool.co_invoke, pool, module, fn, ...)
   end
