@@ -178,6 +178,11 @@ describe("ngx in pool states (the peer's t/166-worker-thread.t tests 18-47)", fu
     assert.are.equal("11 11\n", case("shared"))
   end)
 
+  it("offers every method of ngx.shared.DICT in a state, on the host's zone", function()
+    assert.are.equal("true,true,true,false,true\n1,7,y,true\n3,11\n1,2,3,3,0,2\ntrue,true,0\ncap,free,6\n"
+      .. "3 y nil 11 1 1\nnil 0 true\n", case("all_methods"))
+  end)
+
   it("leaves ngx out of pools created with ngx_api = false", function()
     assert.are.equal("nil\n", case("no_api"))
   end)

@@ -372,6 +372,35 @@ return { incr = function() return d:incr("n", 1, 0) end }
   ngx.say(n, " ", d:get("n"))
 end }
 
+-- every method of ngx.shared.DICT from a state, on the zone the host sees
+CASES.all_methods = { module = "m", child = [[
+return { run = function()
+  local dogs = ngx.shared.dogs
+  local out = {}
+  local function say(...) out[#out + 1] = table.concat({ ... }, ",") end
+  say(tostring(dogs:set("a", 1, 0, 7)), tostring(dogs:safe_set("b", "x")), tostring(dogs:add("c", true)),
+    tostring(dogs:safe_add("c", false)), tostring(dogs:replace("b", "y")))
+  say(dogs:get("a"), select(2, dogs:get("a")), dogs:get("b"), tostring(dogs:get("c")))
+  say(dogs:incr("a", 2), dogs:incr("n", 1, 10, 100))
+  say(dogs:rpush("l", 1), dogs:rpush("l", 2), dogs:lpush("l", 0), dogs:llen("l"), dogs:lpop("l"), dogs:rpop("l"))
+  say(tostring(dogs:expire("b", 100)), tostring(dogs:ttl("b") > 99), dogs:ttl("a"))
+  dogs:set("old", "v", 0.001)
+  say(dogs:capacity() > 0 and "cap" or "no cap", dogs:free_space() >= 0 and "free" or "no free",
+    #dogs:get_keys(0))
+  tostring(dogs:delete("c"))
+  return table.concat(out, "\n")
+end }
+]], host = function(run)
+  local _, text = run("m", "run")
+  ngx.say(text)
+  local dogs = ngx.shared.dogs
+  ngx.say(dogs:get("a"), " ", dogs:get("b"), " ", tostring(dogs:get("c")), " ", dogs:get("n"), " ",
+    dogs:llen("l"), " ", dogs:lpop("l"))
+  dogs:flush_all() -- ngx's removes some entries at once, the rest expire
+  local freed = dogs:flush_expired()
+  ngx.say(tostring(dogs:get("b")), " ", #dogs:get_keys(0), " ", freed > 0)
+end }
+
 CASES.no_api = { module = "m", pool = "plain", child = [[
 return { kind = function() return type(ngx) end }
 ]], host = function(run)
