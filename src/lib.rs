@@ -21,7 +21,7 @@
 //! - [`notify`]: completion queues and file descriptors that let schedulers (`vmpool.run`,
 //!   OpenResty, cqueues, luv) sleep until a call finishes.
 //! - [`shared`]: `vmpool.shared`, the process-wide dictionaries with `ngx.shared.DICT`'s API that
-//!   the host and every pool state reach (Lua side: `host/shared_api.rs`).
+//!   the host and every pool state reach (Lua side: `host/dict_api.rs`).
 //! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
 //!   check at load time, and fork detection.
 //!

@@ -6,13 +6,13 @@
 pub mod call_cache;
 #[cfg(feature = "count-alloc")]
 pub mod count_alloc;
+pub mod dict_api;
 pub mod driver_api;
 pub mod future_api;
 pub mod ngx_state_api;
 pub mod notifier_api;
 pub mod options;
 pub mod pool_api;
-pub mod shared_api;
 pub mod userdata;
 
 use std::ffi::c_int;
@@ -80,9 +80,9 @@ const DRIVER_METHODS: Methods = &[
 const DRIVER_META: Methods = &[("__gc", driver_api::gc)];
 const FUNCTIONS: Methods = &[
     ("new", pool_api::new_pool),
-    ("clock", clock),
-    ("shared", shared_api::shared),
+    ("shared", dict_api::shared),
     ("_ngx_state", ngx_state_api::ngx_state),
+    ("clock", clock),
     ("_notifier", notifier_api::new_notifier),
     ("_driver", driver_api::new_driver),
 ];

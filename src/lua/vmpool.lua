@@ -12,10 +12,10 @@ local select, setmetatable, error, tostring = select, setmetatable, error, tostr
 local M = {
   _VERSION = native._VERSION,
   runtime = native.runtime,
-  new = native.new,
-  clock = native.clock,
   shared = native.shared,
   _ngx_state = native._ngx_state, -- pool states in nginx: sets their `ngx` (src/lua/ngx_state.lua)
+  new = native.new,
+  clock = native.clock,
   --- Schedulers other than vmpool.run plug in here (see the README): called as awaiter(fut) inside
   --- a coroutine, it must return once fut:ready() is true, yielding meanwhile.
   awaiter = nil,
