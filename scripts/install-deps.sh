@@ -6,6 +6,8 @@ pkgs="lua5.1 liblua5.1-0-dev lua5.2 liblua5.2-dev lua5.3 liblua5.3-dev lua5.4 li
       lua-check lua-socket lua-posix lua-cqueues lua-luv nginx libnginx-mod-http-lua lua-resty-core wrk procps
       pkg-config gcc make git zip unzip $*"
 missing=""
+# lua-cjson: spec/null_spec.lua checks that JSON nulls cross between states
+pkgs="$pkgs lua-cjson"
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
 done

@@ -20,6 +20,8 @@
 //!   the hook behind `time_limit` and cancellation.
 //! - [`notify`]: completion queues and file descriptors that let schedulers (`vmpool.run`,
 //!   OpenResty, cqueues, luv) sleep until a call finishes.
+//! - [`shared`]: `vmpool.shared`, the process-wide dictionaries with `ngx.shared.DICT`'s API that
+//!   the host and every pool state reach (Lua side: `host/dict_api.rs`).
 //! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
 //!   check at load time, and fork detection.
 //!
@@ -49,6 +51,7 @@ pub mod lua;
 pub mod mailbox;
 pub mod notify;
 pub mod pool;
+pub mod shared;
 pub mod spin;
 pub mod state_heap;
 pub mod sys;

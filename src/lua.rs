@@ -26,6 +26,7 @@ pub const TSTRING: c_int = ffi::LUA_TSTRING;
 pub const TTABLE: c_int = ffi::LUA_TTABLE;
 pub const TFUNCTION: c_int = ffi::LUA_TFUNCTION;
 pub const TNONE: c_int = ffi::LUA_TNONE;
+pub const TLIGHTUSERDATA: c_int = ffi::LUA_TLIGHTUSERDATA;
 
 /// A borrowed handle to a live `lua_State`.
 #[derive(Clone, Copy)]

@@ -12,9 +12,17 @@
 //! | 4 | float (every number on 5.1 and LuaJIT) | `f64` LE bits (NaN, inf, -0 survive) |
 //! | 5 | string | `u32` length, bytes (embedded zeros allowed) |
 //! | 6 | table | `u32` array length n, `u32` hash count m, n values, m key/value pairs |
+//! | 7 | light userdata | the pointer as `u64` LE |
 //!
-//! Functions, userdata, threads, cyclic tables and tables nested deeper than [`MAX_DEPTH`] are
-//! refused with an error that names the argument or result and the path inside it.
+//! A light userdata is a bare pointer that Lua never dereferences. The NULL one is how
+//! `ngx.null` and `cjson.null` spell JSON's null, so it must cross; it arrives as the receiving
+//! state's NULL light userdata, which compares equal to that state's `ngx.null`/`cjson.null`.
+//! Other pointers cross unchanged, as `ngx.run_worker_thread` passes them: every state lives in
+//! one process, so the pointer means in the receiver what it meant in the sender (and is as
+//! valid, or not, as there).
+//!
+//! Functions, full userdata, threads, cyclic tables and tables nested deeper than [`MAX_DEPTH`]
+//! are refused with an error that names the argument or result and the path inside it.
 //!
 //! The decoder is written to never panic and never trust its input (it is fuzzed, see `fuzz/`):
 //! every read is bounds-checked, counts are checked against the bytes left, and table keys that Lua
@@ -22,7 +30,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
+use crate::lua::{State, TBOOLEAN, TLIGHTUSERDATA, TNIL, TNUMBER, TSTRING, TTABLE};
 
 /// Deepest table nesting that can cross (a table directly in the argument list is depth 1).
 pub const MAX_DEPTH: usize = 100;
@@ -34,6 +42,7 @@ const TAG_INT: u8 = 3;
 const TAG_FLOAT: u8 = 4;
 const TAG_STR: u8 = 5;
 const TAG_TABLE: u8 = 6;
+const TAG_LIGHT: u8 = 7;
 
 /// Which list a value belongs to, for error messages.
 #[derive(Clone, Copy, Debug)]
@@ -118,7 +127,7 @@ fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
         format!(" at {}", p.concat())
     };
     crate::Error::Unsupported(format!(
-        "cannot pass {what} '{func}': {}{at} (only nil, boolean, number, string and non-cyclic tables of them up to {MAX_DEPTH} levels deep can cross between states)",
+        "cannot pass {what} '{func}': {}{at} (only nil, boolean, number, string, light userdata such as ngx.null and non-cyclic tables of them up to {MAX_DEPTH} levels deep can cross between states)",
         r.problem
     ))
 }
@@ -157,6 +166,12 @@ impl Writer<'_> {
                 self.out.extend_from_slice(s);
             }
             TTABLE => self.table(st, idx, depth)?,
+            TLIGHTUSERDATA => {
+                let b = (st.to_userdata(idx) as usize as u64).to_le_bytes();
+                self.out.extend_from_slice(&[
+                    TAG_LIGHT, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+                ]);
+            }
             other => {
                 return Err(refuse(&format!("a {} value", crate::lua::type_name(other))));
             }
@@ -276,6 +291,7 @@ fn key_label(st: State, idx: c_int) -> String {
             None => format!("[{}]", st.to_number(idx)),
         },
         TBOOLEAN => format!("[{}]", st.to_boolean(idx)),
+        TLIGHTUSERDATA => format!("[userdata {:p}]", st.to_userdata(idx)),
         other => format!("[{}]", crate::lua::type_name(other)),
     }
 }
@@ -295,6 +311,8 @@ pub trait Sink {
     fn integer(&mut self, i: i64) -> Result<(), Corrupt>;
     fn float(&mut self, f: f64) -> Result<(), Corrupt>;
     fn string(&mut self, s: &[u8]) -> Result<(), Corrupt>;
+    /// A light userdata: the pointer's address (0 for NULL).
+    fn light_userdata(&mut self, address: u64) -> Result<(), Corrupt>;
     /// Starts a table with the given size hints; its elements follow.
     fn begin_table(&mut self, narr: u32, nhash: u32) -> Result<(), Corrupt>;
     /// Stores the value just produced as element `i` of the table being built.
@@ -332,6 +350,7 @@ fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result
             let s = r.bytes(len)?;
             sink.string(s)
         }
+        TAG_LIGHT => sink.light_userdata(u64::from_le_bytes(r.array()?)),
         TAG_TABLE => {
             if depth >= MAX_DEPTH {
                 return Err(Corrupt("tables nested too deeply"));
@@ -466,6 +485,13 @@ impl Sink for LuaSink {
         self.st.push_bytes(s);
         Ok(())
     }
+    /// Pushes the pointer back. An address that does not fit this machine's pointers (only a
+    /// corrupt message has one) is refused.
+    fn light_userdata(&mut self, address: u64) -> Result<(), Corrupt> {
+        let p = usize::try_from(address).map_err(|_| Corrupt("light userdata out of range"))?;
+        self.st.push_light_userdata(p as *mut c_void);
+        Ok(())
+    }
     /// Pushes the new table; its elements need a key and a value slot above it, and a nested
     /// table's own check covers the levels below.
     fn begin_table(&mut self, narr: u32, nhash: u32) -> Result<(), Corrupt> {
@@ -509,6 +535,8 @@ pub enum Value {
     Int(i64),
     Float(f64),
     Str(Vec<u8>),
+    /// A light userdata's address (0 is the NULL of `ngx.null` / `cjson.null`).
+    Light(u64),
     /// Array part (`1..=n`) and the other key/value pairs.
     Table(Vec<Value>, Vec<(Value, Value)>),
 }
@@ -523,6 +551,7 @@ impl PartialEq for Value {
             // bit equality: NaN == NaN and -0 != +0, which is what "survives unchanged" means
             (Float(a), Float(b)) => a.to_bits() == b.to_bits(),
             (Str(a), Str(b)) => a == b,
+            (Light(a), Light(b)) => a == b,
             (Table(a1, h1), Table(a2, h2)) => {
                 a1 == a2 && h1.len() == h2.len() && h1.iter().all(|p| h2.contains(p))
             }
@@ -556,6 +585,10 @@ fn encode_rust_one(v: &Value, out: &mut Vec<u8>) {
             out.push(TAG_STR);
             out.extend_from_slice(&(s.len() as u32).to_le_bytes());
             out.extend_from_slice(s);
+        }
+        Value::Light(p) => {
+            out.push(TAG_LIGHT);
+            out.extend_from_slice(&p.to_le_bytes());
         }
         Value::Table(arr, hash) => {
             out.push(TAG_TABLE);
@@ -603,6 +636,10 @@ impl Sink for RustSink {
     }
     fn string(&mut self, s: &[u8]) -> Result<(), Corrupt> {
         self.stack.push(Value::Str(s.to_vec()));
+        Ok(())
+    }
+    fn light_userdata(&mut self, address: u64) -> Result<(), Corrupt> {
+        self.stack.push(Value::Light(address));
         Ok(())
     }
     fn begin_table(&mut self, _narr: u32, _nhash: u32) -> Result<(), Corrupt> {
@@ -662,6 +699,8 @@ mod tests {
             Value::Float(f64::INFINITY),
             Value::Float(-0.0),
             Value::Str(b"a\0b".to_vec()),
+            Value::Light(0),
+            Value::Light(0x7fff_1234_5678),
         ]);
     }
 

@@ -130,3 +130,37 @@ fn close_after_fork_returns_even_if_the_pool_lock_was_held_at_fork_time() {
     assert!(matches!(wait(&busy), Err(Error::Cancelled)));
     p.close();
 }
+
+#[test]
+fn a_shared_dictionary_is_refused_after_fork_and_starts_empty_when_opened_again() {
+    use vmpool::shared::{self, dict::Mode, dict::Scalar, Options};
+    let d = shared::open("fork-rs", Options::default()).unwrap();
+    d.dict
+        .store(Mode::Set, false, b"k", Some(Scalar::Bool(true)), 0, 0)
+        .unwrap();
+    let parent = std::process::id();
+    let code = in_child(Duration::from_secs(10), || {
+        let msg = match d.check_process() {
+            Err(e) => e.to_string(),
+            Ok(()) => return 2,
+        };
+        if !msg.starts_with(&format!(
+            "vmpool: shared dictionary 'fork-rs' was created in another process (pid {parent})"
+        )) {
+            return 3;
+        }
+        let again = shared::open("fork-rs", Options::default()).unwrap();
+        if again.check_process().is_err()
+            || again.dict.get(b"k", true) != shared::dict::Got::Missing
+        {
+            return 4;
+        }
+        0
+    });
+    assert_eq!(code, Some(0));
+    assert!(d.check_process().is_ok());
+    assert!(matches!(
+        d.dict.get(b"k", false),
+        shared::dict::Got::Value { .. }
+    ));
+}

@@ -89,8 +89,11 @@ fn random_bytes(r: &mut Rng) -> Vec<u8> {
 }
 
 fn random_scalar(r: &mut Rng) -> Value {
-    match r.below(8) {
+    match r.below(9) {
         0 => Value::Bool(r.chance(50)),
+        // NULL (ngx.null, cjson.null) and other pointers below 4 GiB (LuaJIT keeps a table of
+        // the upper halves it has seen, and refuses too many distinct ones)
+        7 => Value::Light(if r.chance(50) { 0 } else { r.below(1 << 32) }),
         1 => Value::Int(EDGE_INTS[r.below(EDGE_INTS.len() as u64) as usize]),
         2 => Value::Int(r.next() as i64),
         3 => Value::Int(r.below(2000) as i64 - 1000),

@@ -6,8 +6,10 @@
 pub mod call_cache;
 #[cfg(feature = "count-alloc")]
 pub mod count_alloc;
+pub mod dict_api;
 pub mod driver_api;
 pub mod future_api;
+pub mod ngx_state_api;
 pub mod notifier_api;
 pub mod options;
 pub mod pool_api;
@@ -81,6 +83,8 @@ const DRIVER_METHODS: Methods = &[
 const DRIVER_META: Methods = &[("__gc", driver_api::gc)];
 const FUNCTIONS: Methods = &[
     ("new", pool_api::new_pool),
+    ("shared", dict_api::shared),
+    ("_ngx_state", ngx_state_api::ngx_state),
     ("clock", clock),
     ("memory", pool_api::memory),
     ("_notifier", notifier_api::new_notifier),

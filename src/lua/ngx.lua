@@ -537,4 +537,30 @@ function A.stats()
   }
 end
 
+-- Pool states created in nginx get an `ngx` of their own (src/lua/ngx_state.lua): the option
+-- ngx_api of vmpool.new, default true here (outside nginx there is no such option); false leaves
+-- it out. Its set-up is put before the pool's init code, on the same line so that init's line
+-- numbers stay right.
+do
+  local plain_new = M.new
+  local SETUP = 'require("vmpool")._ngx_state() '
+  function M.new(options)
+    if options == nil then options = {} end
+    if type(options) ~= "table" then
+      return plain_new(options)
+    end
+    local copy = {}
+    for k, v in pairs(options) do copy[k] = v end
+    local api = copy.ngx_api
+    copy.ngx_api = nil
+    if api ~= nil and type(api) ~= "boolean" then
+      error("vmpool: option 'ngx_api' to vmpool.new must be a boolean (got " .. type(api) .. ")", 2)
+    end
+    if api ~= false and (copy.init == nil or type(copy.init) == "string") then
+      copy.init = SETUP .. (copy.init or "")
+    end
+    return plain_new(copy)
+  end
+end
+
 return A

@@ -1,0 +1,194 @@
+-- `ngx` inside pool states in nginx: lua-nginx-module's t/166-worker-thread.t tests 18-33 and
+-- 35-47 ported with the same child code (spec/ngx/state_cases.lua), expecting the peer's response
+-- bodies, then what vmpool adds (null values, ngx.log, time and worker data, the errors of what
+-- needs a request, vmpool.shared in nginx, ngx_api = false). Run by scripts/test-ngx.sh.
+local H = require "spec.ngx.nginx"
+
+local ROCK_CPATH = H.ROOT .. "/lua_modules/luajit/lib/lua/5.1/?.so"
+
+local CONF = [[
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+worker_processes 1;
+error_log logs/error.log notice;
+pid logs/nginx.pid;
+events { worker_connections 64; }
+http {
+  access_log off;
+  lua_shared_dict dogs 6m;
+  lua_package_cpath "@CPATH@;;";
+  lua_package_path "@SPEC@/?.lua;/usr/share/lua/5.1/?.lua;;";
+  server {
+    listen 127.0.0.1:@PORT@;
+    location = /case { content_by_lua_block { require("state_cases")() } }
+  }
+}
+]]
+
+-- the peer's response bodies (a string: exactly; a table: a pattern the whole body matches)
+local EXPECT = {
+  [18] = "true : aGVsbG8=\n",
+  [19] = "true : http\n",
+  [20] = "true : R/pvxzHC4NLtj7S+kXFg/NePTmk=\n",
+  [21] = { "^true : foo=3&b%%20r=hello%%20world\n$", "^true : b%%20r=hello%%20world&foo=3\n$" },
+  [22] = "true : bar : foo\n",
+  [23] = "true : 'a\\Zb\\Z'\n",
+  [24] = "true : hello\n",
+  [25] = "true : 4289425978\n",
+  [26] = "true : 4289425978\n",
+  [27] = "true : 6c8349cc7260ae62e3b1396831a8398f\n",
+  [28] = "true : 5d41402abc4b2a76b9719d911017c592\n",
+  [29] = { "^true : true\n$", "^true : false\n$" },
+  [30] = { "^true : /%S+\n$" },
+  [31] = { "^true : %d+\n$" },
+  [32] = { "^%s*%-%-[^-]+" },
+  [33] = { "^true : %d+\n$" },
+  [35] = "true,8\n",
+  [36] = "true,8\ntrue,nil\n",
+  [37] = "true,true\ntrue,nil\n",
+  [38] = "true,8\n",
+  [39] = "true,false,exists\n",
+  [40] = "true,true,true,nil\n",
+  [41] = "true,true,nil,8\n",
+  [42] = "true,false,not found\n",
+  [43] = "true,9,nil,9\n",
+  [44] = "true,9,2,nil,7\n",
+  [45] = "true,true,nil,true\n",
+  [46] = "true,nil,nil\n",
+  [47] = "true,Jim:King\n",
+}
+
+local function check(name, body, want)
+  if type(want) == "string" then
+    assert.are.equal(want, body, "case " .. name)
+    return
+  end
+  for _, pattern in ipairs(want) do
+    if body:match(pattern) then return end
+  end
+  error("case " .. name .. ": " .. ("%q"):format(body) .. " matches none of " .. table.concat(want, " | "))
+end
+
+describe("ngx in pool states (the peer's t/166-worker-thread.t tests 18-47)", function()
+  local nginx, port
+
+  setup(function()
+    for attempt = 1, 3 do
+      port = H.free_port()
+      local conf = CONF:gsub("@CPATH@", ROCK_CPATH):gsub("@SPEC@", H.ROOT .. "/spec/ngx"):gsub("@PORT@", port)
+      nginx = H.new(conf)
+      local ok, err = pcall(nginx.start, nginx, port)
+      if ok then break end
+      nginx:stop()
+      nginx:remove()
+      nginx = nil
+      if attempt == 3 or not tostring(err):find("Address already in use", 1, true) then error(err, 0) end
+    end
+  end)
+
+  teardown(function()
+    if nginx then
+      nginx:stop()
+      nginx:remove()
+    end
+  end)
+
+  local function case(name)
+    local status, body = H.get(port, "/case?n=" .. name)
+    assert.are.equal(200, status, body)
+    return body
+  end
+
+  for n = 18, 47 do
+    if EXPECT[n] then
+      it("passes the peer's test " .. n .. " with its child code", function()
+        check(n, case(n), EXPECT[n])
+      end)
+    end
+  end
+
+  -- the rest of the peer's file, where vmpool can express it
+  local REST = {
+    t1 = "true : hello\n",
+    t3 = "true , true\n",
+    t5 = "true , true\n",
+    t6 = "true , true\n",
+    t7 = { "^false : vmpool: cannot pass argument #1 to 'hello': a function value %(only nil" },
+    t8 = "true : hello , 200\n",
+    t9 = { "^false : vmpool: unknown chunk 'no such module'" },
+    t13 = { "^false : vmpool: cannot pass argument #1 to 'hello': a function value at %[1%]%.dummy %(" },
+    t14 = { "^false , vmpool: cannot pass result #1 of 'hello': a function value at %[1%]%.dummy %(" },
+    t15 = { "^false : vmpool: bad argument #1 to 'co_invoke'" },
+    t16 = { "^false : vmpool: bad argument #2 to 'co_invoke'" },
+    t48 = { "^false , vmpool: cannot pass argument #1 to 'hello': a table that contains itself %(a cycle%) at "
+      .. "%.a %(" },
+    t49 = { "^false , vmpool: cannot pass argument #1 to 'hello': a table that contains itself %(a cycle%) at "
+      .. "%.a%.b %(" },
+    t50 = "true : hello\ntrue : hello\n",
+    t51 = { "^true : 10000000\ntrue : %d+%.?%d*\n$" },
+  }
+  for _, name in ipairs { "t1", "t3", "t5", "t6", "t7", "t8", "t9", "t13", "t14", "t15", "t16", "t48", "t49",
+    "t50", "t51" } do
+    it("passes the peer's test " .. name:sub(2) .. " (vmpool's messages where they differ)", function()
+      check(name, case(name), REST[name])
+    end)
+  end
+
+  it("keeps working after a light thread waiting for a call is killed (the peer's test 11)", function()
+    assert.are.equal("killed\n", case("t11kill"))
+    assert.are.equal("true : hello\n", case("t1"))
+  end)
+
+  it("keeps working after ngx.exit while a light thread waits for a call (the peer's test 12)", function()
+    -- nginx ends that response abruptly (as for the peer: no body); read what it sent
+    local c = H.send(port, "/case?n=t12")
+    local all, _, partial = c:receive("*a")
+    c:close()
+    local response = all or partial
+    assert.matches("^HTTP/1%.%d 200 ", response)
+    assert.matches("\r\n\r\n$", response)
+    assert.are.equal("true : hello\n", case("t1"))
+  end)
+
+  it("passes ngx.null and cjson.null both ways as the receiver's ngx.null", function()
+    assert.are.equal("true true\ntrue true\n", case("null"))
+  end)
+
+  it("logs with ngx.log to the worker's error log, naming the pool state", function()
+    assert.are.equal("truetrue\n", case("log"))
+    H.wait_until("the log line", 5, function()
+      return nginx:log():match("%[warn%][^\n]*%[vmpool state 0x%x+%] from a pool state: hello 42 nil")
+    end)
+  end)
+
+  it("reads the worker's time and identity", function()
+    assert.are.equal("true true true true true\n", case("time"))
+  end)
+
+  it("raises a vmpool: error for what needs a request or the event loop", function()
+    local body = case("unavailable")
+    for _, name in ipairs { "say", "var", "req", "sleep", "timer", "socket", "update_time" } do
+      assert.matches(name .. " false vmpool: ngx%." .. name .. " is not available in a pool state %(it needs a "
+        .. "request or the nginx event loop", body)
+    end
+    assert.matches("\nmissing nil\n$", body)
+  end)
+
+  it("shares vmpool.shared between the worker and its pool states", function()
+    assert.are.equal("11 11\n", case("shared"))
+  end)
+
+  it("offers every method of ngx.shared.DICT in a state, on the host's zone", function()
+    assert.are.equal("true,true,true,false,true\n1,7,y,true\n3,11\n1,2,3,3,0,2\ntrue,true,0\ncap,free,6\n"
+      .. "3 y nil 11 1 1\nnil 0 true\n", case("all_methods"))
+  end)
+
+  it("leaves ngx out of pools created with ngx_api = false", function()
+    assert.are.equal("nil\n", case("no_api"))
+  end)
+
+  it("logs no alert or crash", function()
+    assert.are.same({}, nginx:log_lines { "alert", "crit", "emerg" })
+    assert.is_nil(nginx:log():find("exited on signal", 1, true))
+  end)
+end)

@@ -1,0 +1,619 @@
+-- The handlers of spec/ngx/state_api_ngx.lua, loaded by the nginx worker: lua-nginx-module's
+-- t/166-worker-thread.t tests 18-33 and 35-47, with the same child code (the `child` strings are
+-- the peer's user files, unchanged) and the same host code, where the peer's
+-- `ngx.run_worker_thread("testpool", module, fn, ...)` is `run(module, fn, ...)`: a pool:co_invoke
+-- that answers `true, results...` or `false, err` as the peer does. Then cases beyond the peer.
+-- luacheck: globals ngx
+local vmpool = require "vmpool"
+
+local CASES = {}
+
+CASES[18] = { module = "hello", child = [[
+local function hello()
+    return ngx.encode_base64("hello")
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, hello_or_err = run("hello", "hello")
+  ngx.say(ok, " : ", hello_or_err)
+end }
+
+CASES[19] = { module = "hello", child = [[
+local function hello()
+    return ngx.config.subsystem
+end
+return {hello=hello}
+]] }
+
+CASES[20] = { module = "hello", child = [[
+local function hello()
+  local key = "thisisverysecretstuff"
+  local src = "some string we want to sign"
+  local digest = ngx.hmac_sha1(key, src)
+  return ngx.encode_base64(digest)
+end
+return {hello=hello}
+]] }
+
+CASES[21] = { module = "hello", child = [[
+local function hello()
+  return ngx.encode_args({foo = 3, ["b r"] = "hello world"})
+end
+return {hello=hello}
+]] }
+
+CASES[22] = { module = "hello", child = [[
+local function hello()
+  local args = "a=bar&b=foo"
+  args = ngx.decode_args(args)
+  return args
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, ret = run("hello", "hello")
+  ngx.say(ok, " : ", ret.a, " : ", ret.b)
+end }
+
+CASES[23] = { module = "hello", child = [[
+local function hello(str)
+  return ngx.quote_sql_str(str)
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, hello_or_err = run("hello", "hello", "a\026b\026")
+  ngx.say(ok, " : ", hello_or_err)
+end }
+
+CASES[24] = { module = "hello", child = [[
+local function hello()
+    return ngx.decode_base64("aGVsbG8=")
+end
+return {hello=hello}
+]] }
+
+CASES[25] = { module = "hello", child = [[
+local function hello()
+    return ngx.crc32_short("hello, world")
+end
+return {hello=hello}
+]] }
+
+CASES[26] = { module = "hello", child = [[
+local function hello()
+    return ngx.crc32_long("hello, world")
+end
+return {hello=hello}
+]] }
+
+CASES[27] = { module = "hello", child = [[
+local function hello()
+    local s = ngx.md5_bin(45)
+    s = string.gsub(s, ".", function (c)
+            return string.format("%02x", string.byte(c))
+        end)
+    return s
+end
+return {hello=hello}
+]] }
+
+CASES[28] = { module = "hello", child = [[
+local function hello()
+    return ngx.md5("hello")
+end
+return {hello=hello}
+]] }
+
+CASES[29] = { module = "hello", child = [[
+local function hello()
+    return ngx.config.debug
+end
+return {hello=hello}
+]] }
+
+CASES[30] = { module = "hello", child = [[
+local function hello()
+    return ngx.config.prefix()
+end
+return {hello=hello}
+]] }
+
+CASES[31] = { module = "hello", child = [[
+local function hello()
+    return ngx.config.nginx_version
+end
+return {hello=hello}
+]] }
+
+CASES[32] = { module = "hello", child = [[
+local function hello()
+    return ngx.config.nginx_configure()
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, hello_or_err = run("hello", "hello") -- luacheck: ignore 211
+  ngx.say(hello_or_err)
+end }
+
+CASES[33] = { module = "hello", child = [[
+local function hello()
+    return ngx.config.ngx_lua_version
+end
+return {hello=hello}
+]] }
+
+CASES[35] = { module = "test_shdict", child = [[
+local function dictget(str)
+    local dogs = ngx.shared.dogs
+    return dogs:get("Jim")
+end
+return {dictget=dictget}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:set("Jim", 8)
+  local ok, err = run("test_shdict", "dictget")
+  ngx.say(ok, ",", err)
+end }
+
+CASES[36] = { module = "test_shdict", child = CASES[35].child, host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:set("Jim", 8)
+  local ok, err = run("test_shdict", "dictget")
+  ngx.say(ok, ",", err)
+  dogs:set("Jim", nil)
+  ok, err = run("test_shdict", "dictget")
+  ngx.say(ok, ",", err)
+end }
+
+CASES[37] = { module = "test_shdict", child = [[
+local function dictsetnil(str)
+    local dogs = ngx.shared.dogs
+    return dogs:set("Jim", nil)
+end
+return {dictsetnil=dictsetnil}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:set("Jim", 8)
+  local ok, err = run("test_shdict", "dictsetnil")
+  ngx.say(ok, ",", err)
+  ngx.say(ok, ",", dogs:get("Jim"))
+end }
+
+-- the peer sets a 1 s TTL and sleeps 2 s; here the TTL is 10 ms and the request waits until the
+-- host sees the key expire (nginx's cached time moves on each turn of the event loop). It asks
+-- get_stale, as a get would remove the expired entry.
+CASES[38] = { module = "test_shdict", child = [[
+local function dictget(str)
+    local dogs = ngx.shared.dogs
+    return dogs:get_stale("Jim")
+end
+return {dictget=dictget}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:set("Jim", 8, 0.01)
+  local deadline = ngx.now() + 5
+  while not select(3, dogs:get_stale("Jim")) and ngx.now() < deadline do ngx.sleep(0.005) end
+  local ok, err = run("test_shdict", "dictget")
+  ngx.say(ok, ",", err)
+end }
+
+CASES[39] = { module = "test_shdict", child = [[
+local function dictadd(str)
+    local dogs = ngx.shared.dogs
+    local success, err = dogs:add("Jim", "hello")
+    return success, err
+end
+return {dictadd=dictadd}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:set("Jim", 8)
+  local ok, err, err2 = run("test_shdict", "dictadd")
+  ngx.say(ok, ",", err, ",", err2)
+end }
+
+CASES[40] = { module = "test_shdict", child = [[
+local function dictadd(str)
+    local dogs = ngx.shared.dogs
+    local bigstr = string.rep("A", 1024*1024*5)
+    local success, err, forcible = dogs:add("King", bigstr)
+    return success, err, forcible
+end
+return {dictadd=dictadd}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  local bigstr = string.rep("A", 1024 * 1024 * 3)
+  dogs:set("Jim", bigstr)
+  local ok, ret, err, forcible = run("test_shdict", "dictadd") -- luacheck: ignore 211
+  ngx.say(ok, ",", ret, ",", forcible, ",", dogs:get("Jim"))
+end }
+
+CASES[41] = { module = "test_shdict", child = [[
+local function dictreplace(str)
+    local dogs = ngx.shared.dogs
+    local success, err = dogs:replace("Jim", 8)
+    return success, err
+end
+return {dictreplace=dictreplace}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  local bigstr = string.rep("A", 1024 * 1024 * 3)
+  dogs:set("Jim", bigstr)
+  local ok, ret, err = run("test_shdict", "dictreplace")
+  ngx.say(ok, ",", ret, ",", err, ",", dogs:get("Jim"))
+end }
+
+CASES[42] = { module = "test_shdict", child = CASES[41].child, host = function(run)
+  local ok, ret, err = run("test_shdict", "dictreplace")
+  ngx.say(ok, ",", ret, ",", err)
+end }
+
+CASES[43] = { module = "test_shdict", child = [[
+local function dictincr(str)
+    local dogs = ngx.shared.dogs
+    local success, err = dogs:incr("Jim", 1)
+    return success, err
+end
+return {dictincr=dictincr}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:set("Jim", 8)
+  local ok, ret, err = run("test_shdict", "dictincr")
+  ngx.say(ok, ",", ret, ",", err, ",", dogs:get("Jim"))
+end }
+
+CASES[44] = { module = "test_shdict", child = [[
+local function dictlpush(str)
+    local dogs = ngx.shared.dogs
+    local val = dogs:lpop("Jim")
+    local len, err = dogs:lpush("Jim", 7)
+    return val, len, err
+end
+return {dictlpush=dictlpush}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:lpush("Jim", 8)
+  dogs:lpush("Jim", 9)
+  local ok, val, len, err = run("test_shdict", "dictlpush")
+  ngx.say(ok, ",", val, ",", len, ",", err, ",", dogs:lpop("Jim"))
+end }
+
+CASES[45] = { module = "test_shdict", child = [[
+local function dictexpire(str)
+    local dogs = ngx.shared.dogs
+    local success, err = dogs:expire("Jim", 1)
+    return success, err
+end
+return {dictexpire=dictexpire}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:set("Jim", 8)
+  local ok, success, err = run("test_shdict", "dictexpire")
+  ngx.say(ok, ",", success, ",", err, ",", dogs:ttl("Jim") <= 1)
+end }
+
+CASES[46] = { module = "test_shdict", child = [[
+local function dictexpire(str)
+    local dogs = ngx.shared.dogs
+    dogs:flush_all()
+end
+return {dictexpire=dictexpire}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:set("Jim", 8)
+  dogs:set("King", 9)
+  local ok = run("test_shdict", "dictexpire")
+  ngx.say(ok, ",", dogs:get("Jim"), ",", dogs:get("King"))
+end }
+
+CASES[47] = { module = "test_shdict", child = [[
+local function dictgetkeys(str)
+    local dogs = ngx.shared.dogs
+    return dogs:get_keys()
+end
+return {dictgetkeys=dictgetkeys}
+]], host = function(run)
+  local dogs = ngx.shared.dogs
+  dogs:set("Jim", 8)
+  dogs:set("King", 9)
+  local ok, keys = run("test_shdict", "dictgetkeys")
+  ngx.say(ok, ",", table.concat(keys, ":"))
+end }
+
+-- beyond the peer
+
+CASES.null = { module = "m", child = [[
+local cjson = require "cjson"
+return {
+  decode = function(text) return cjson.decode(text) end,
+  is_null = function(v) return v == ngx.null, v == cjson.null end,
+}
+]], host = function(run)
+  local _, doc = run("m", "decode", '{"a":null,"b":[null]}')
+  ngx.say(doc.a == ngx.null, " ", doc.b[1] == ngx.null)
+  local _, a, b = run("m", "is_null", ngx.null)
+  ngx.say(a, " ", b)
+end }
+
+CASES.log = { module = "m", child = [[
+return { log = function(msg) ngx.log(ngx.WARN, "from a pool state: ", msg, " ", 42, " ", nil) return true end }
+]], host = function(run)
+  ngx.say(run("m", "log", "hello"))
+end }
+
+CASES.time = { module = "m", child = [[
+return {
+  now = function() return ngx.now(), ngx.time(), ngx.today(), ngx.worker.pid(), ngx.worker.id() end,
+}
+]], host = function(run)
+  local _, now, time, today, pid, id = run("m", "now")
+  ngx.say(math.abs(now - ngx.now()) < 5, " ", math.abs(time - ngx.time()) < 5, " ", today == ngx.today(),
+    " ", pid == ngx.worker.pid(), " ", id == ngx.worker.id())
+end }
+
+CASES.unavailable = { module = "m", child = [[
+return {
+  try = function(name) local ok, err = pcall(function() return ngx[name] end) return ok, err end,
+  missing = function() return ngx.no_such_field end,
+}
+]], host = function(run)
+  for _, name in ipairs { "say", "var", "req", "sleep", "timer", "socket", "update_time" } do
+    local _, ok, err = run("m", "try", name)
+    ngx.say(name, " ", ok, " ", err)
+  end
+  ngx.say("missing ", select(2, run("m", "missing")))
+end }
+
+CASES.shared = { module = "m", child = [[
+local d = require("vmpool").shared("per-worker")
+return { incr = function() return d:incr("n", 1, 0) end }
+]], host = function(run)
+  local d = vmpool.shared("per-worker")
+  d:set("n", 10)
+  local _, n = run("m", "incr")
+  ngx.say(n, " ", d:get("n"))
+end }
+
+-- every method of ngx.shared.DICT from a state, on the zone the host sees
+CASES.all_methods = { module = "m", child = [[
+return { run = function()
+  local dogs = ngx.shared.dogs
+  local out = {}
+  local function say(...) out[#out + 1] = table.concat({ ... }, ",") end
+  say(tostring(dogs:set("a", 1, 0, 7)), tostring(dogs:safe_set("b", "x")), tostring(dogs:add("c", true)),
+    tostring(dogs:safe_add("c", false)), tostring(dogs:replace("b", "y")))
+  say(dogs:get("a"), select(2, dogs:get("a")), dogs:get("b"), tostring(dogs:get("c")))
+  say(dogs:incr("a", 2), dogs:incr("n", 1, 10, 100))
+  say(dogs:rpush("l", 1), dogs:rpush("l", 2), dogs:lpush("l", 0), dogs:llen("l"), dogs:lpop("l"), dogs:rpop("l"))
+  say(tostring(dogs:expire("b", 100)), tostring(dogs:ttl("b") > 99), dogs:ttl("a"))
+  dogs:set("old", "v", 0.001)
+  say(dogs:capacity() > 0 and "cap" or "no cap", dogs:free_space() >= 0 and "free" or "no free",
+    #dogs:get_keys(0))
+  tostring(dogs:delete("c"))
+  return table.concat(out, "\n")
+end }
+]], host = function(run)
+  local _, text = run("m", "run")
+  ngx.say(text)
+  local dogs = ngx.shared.dogs
+  ngx.say(dogs:get("a"), " ", dogs:get("b"), " ", tostring(dogs:get("c")), " ", dogs:get("n"), " ",
+    dogs:llen("l"), " ", dogs:lpop("l"))
+  dogs:flush_all() -- ngx's removes some entries at once, the rest expire
+  local freed = dogs:flush_expired()
+  ngx.say(tostring(dogs:get("b")), " ", #dogs:get_keys(0), " ", freed > 0)
+end }
+
+CASES.no_api = { module = "m", pool = "plain", child = [[
+return { kind = function() return type(ngx) end }
+]], host = function(run)
+  ngx.say(select(2, run("m", "kind")))
+end }
+
+-- the rest of t/166-worker-thread.t that vmpool can express (regression tests; vmpool's own
+-- messages where the peer has its own)
+
+local HELLO = [[
+local function hello()
+    return "hello"
+end
+return {hello=hello}
+]]
+
+CASES.t1 = { module = "hello", child = HELLO }
+
+CASES.t3 = { module = "hello", child = [[
+local function hello(arg1)
+    if arg1.hello == "world" and arg1[1].embed == 1 then
+        return true
+    end
+    return false
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, ok_or_err = run("hello", "hello", {["hello"]="world", [1]={["embed"]=1}})
+  ngx.say(ok, " , ", ok_or_err)
+end }
+
+CASES.t5 = { module = "hello", child = [[
+local b='ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/'
+local function enc(data)
+    return ((data:gsub('.', function(x)
+        local r,b='',x:byte()
+        for i=8,1,-1 do r=r..(b%2^i-b%2^(i-1)>0 and '1' or '0') end
+        return r;
+    end)..'0000'):gsub('%d%d%d?%d?%d?%d?', function(x)
+        if (#x < 6) then return '' end
+        local c=0
+        for i=1,6 do c=c+(x:sub(i,i)=='1' and 2^(6-i) or 0) end
+        return b:sub(c+1,c+1)
+    end)..({ '', '==', '=' })[#data%3+1])
+end
+return {enc=enc}
+]], host = function(run)
+  local ok, base64 = run("hello", "enc", "hello")
+  ngx.say(ok, " , ", base64 == "aGVsbG8=")
+end }
+
+CASES.t6 = { module = "hello", child = [[
+local function hello()
+    return {["hello"]="world", [1]={["embed"]=1}}
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, ret = run("hello", "hello")
+  if ret.hello == "world" and ret[1].embed == 1 then
+    ngx.say(ok, " , ", true)
+  end
+end }
+
+CASES.t7 = { module = "hello", child = HELLO, host = function(run)
+  local function dummy() end
+  local ok, err = run("hello", "hello", dummy)
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t8 = { module = "hello", child = [[
+local function hello()
+    return "hello", 200
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, res1, res2 = run("hello", "hello")
+  ngx.say(ok, " : ", res1, " , ", res2)
+end }
+
+CASES.t9 = { host = function(run) -- nothing compiled under that name
+  local ok, err = run("no such module", "hello")
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t11kill = { module = "hello", child = [[
+local function hello()
+    os.execute("sleep 1")
+    return "hello"
+end
+return {hello=hello}
+]], host = function(run)
+  local function t()
+    local ok, hello_or_err = run("hello", "hello")
+    ngx.say(ok, " : ", hello_or_err)
+  end
+  local t1 = ngx.thread.spawn(t)
+  ngx.thread.kill(t1)
+  ngx.say("killed")
+end }
+
+CASES.t12 = { module = "hello", child = CASES.t11kill.child, host = function(run)
+  local function t()
+    local ok, hello_or_err = run("hello", "hello")
+    ngx.say(ok, " : ", hello_or_err)
+  end
+  ngx.thread.spawn(t)
+  ngx.exit(200)
+end }
+
+CASES.t13 = { module = "hello", child = HELLO, host = function(run)
+  local function dummy() end
+  local ok, err = run("hello", "hello", {["hello"]="world", [1]={["embed"]=1, ["dummy"]=dummy}})
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t14 = { module = "hello", child = [[
+local function hello()
+    local function dummy() end
+    return {["hello"]="world", [1]={["embed"]=1, ["dummy"]=dummy}}
+end
+return {hello=hello}
+]], host = function(run)
+  local ok, ret = run("hello", "hello")
+  if ok == false then
+    ngx.say("false", " , ", ret)
+  end
+end }
+
+CASES.t15 = { module = "hello", child = HELLO, host = function(run)
+  local function dummy() end
+  local ok, err = run(dummy, "hello")
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t16 = { module = "hello", child = HELLO, host = function(run)
+  local function dummy() end
+  local ok, err = run("hello", dummy)
+  ngx.say(ok, " : ", err)
+end }
+
+CASES.t48 = { module = "hello", child = [[
+local function hello(arg1)
+    return true
+end
+return {hello=hello}
+]], host = function(run)
+  local t = {}
+  t.a = t
+  local ok, ok_or_err = run("hello", "hello", t)
+  ngx.say(ok, " , ", ok_or_err)
+end }
+
+CASES.t49 = { module = "hello", child = CASES.t48.child, host = function(run)
+  local t = {}
+  local s = {}
+  t.a = s
+  s.b = t
+  local ok, ok_or_err = run("hello", "hello", t)
+  ngx.say(ok, " , ", ok_or_err)
+end }
+
+CASES.t50 = { module = "hello", child = HELLO, host = function(run)
+  local ok, hello_or_err = run("hello", "hello")
+  ngx.say(ok, " : ", hello_or_err)
+  ok, hello_or_err = run("hello", "hello")
+  ngx.say(ok, " : ", hello_or_err)
+end }
+
+CASES.t51 = { module = "hello", child = [[
+local function hello()
+    return string.rep("helloworld", 1000000)
+end
+local function gcsize()
+    return collectgarbage("count")
+end
+return {
+    hello = hello,
+    gcsize = gcsize
+}
+]], host = function(run)
+  local ok, hello_or_err = run("hello", "hello")
+  ngx.say(ok, " : ", #hello_or_err)
+  local ok2, gcsize_or_err = run("hello", "gcsize")
+  ngx.say(ok2, " : ", gcsize_or_err)
+end }
+
+-- the peer's test cases whose host code is the common one
+for _, case in pairs(CASES) do
+  case.host = case.host or CASES[18].host
+end
+
+local function the_pool(kind)
+  return vmpool.ngx.pool(kind, function()
+    return vmpool.new { core = 2, max_noncore = 0, ngx_api = kind ~= "plain" }
+  end)
+end
+
+--- GET /case?n=NAME: runs case NAME (its chunk compiled fresh) with a clean ngx.shared.dogs.
+return function()
+  local name = ngx.var.arg_n
+  local case = CASES[tonumber(name) or name]
+  if not case then
+    ngx.status = 404
+    ngx.say("no case ", name)
+    return
+  end
+  local dogs = ngx.shared.dogs
+  dogs:flush_all()
+  dogs:flush_expired()
+  local pool = the_pool(case.pool or "api")
+  if case.module then pool:compile(case.module, case.child) end
+  local function run(module, fn, ...)
+    return pcall(pool.co_invoke, pool, module, fn, ...)
+  end
+  case.host(run)
+end

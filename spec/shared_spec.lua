@@ -1,0 +1,376 @@
+-- vmpool.shared: a dictionary of the process with the API of ngx.shared.DICT, read like the
+-- manual (README.md, "vmpool.shared"). TTLs are checked by moving the dictionary's clock forward
+-- (dict:_advance), never by sleeping.
+local vmpool = require "vmpool"
+
+local has_integers = math.type ~= nil
+
+-- every test gets a dictionary of its own
+local serial = 0
+local function fresh(options)
+  serial = serial + 1
+  return vmpool.shared("spec-" .. serial, options)
+end
+
+local function err_of(f, ...)
+  local ok, err = pcall(f, ...)
+  assert.is_false(ok, "expected an error")
+  assert.is_string(err)
+  return err
+end
+
+describe("vmpool.shared", function()
+  describe("vmpool.shared(name [, options])", function()
+    it("returns the same dictionary for the same name", function()
+      local a = vmpool.shared("spec-same")
+      local b = vmpool.shared("spec-same")
+      a:set("k", "v")
+      assert.are.equal("v", b:get("k"))
+    end)
+
+    it("takes a capacity in bytes or as an nginx size, defaulting to 1 MiB", function()
+      assert.are.equal(1048576, fresh():capacity())
+      assert.are.equal(65536, fresh({ capacity = 65536 }):capacity())
+      assert.are.equal(10 * 1024 * 1024, fresh({ capacity = "10m" }):capacity())
+      assert.are.equal(512 * 1024, fresh({ capacity = "512k" }):capacity())
+    end)
+
+    it("refuses options that conflict with the existing dictionary", function()
+      vmpool.shared("spec-clash", { capacity = "64k" })
+      assert.are.equal(65536, vmpool.shared("spec-clash"):capacity())
+      assert.are.equal(65536, vmpool.shared("spec-clash", { capacity = 65536 }):capacity())
+      assert.matches("^vmpool: shared dictionary 'spec%-clash' already exists with capacity = 65536 "
+        .. "%(asked for 131072%)", err_of(vmpool.shared, "spec-clash", { capacity = "128k" }))
+    end)
+
+    it("refuses bad names and options with vmpool: errors", function()
+      assert.matches("^vmpool: bad argument #1 to 'shared': expected a dictionary name", err_of(vmpool.shared, 42))
+      assert.matches("^vmpool: bad argument #1 to 'shared'", err_of(vmpool.shared, ""))
+      assert.matches("^vmpool: unknown option 'size' to vmpool.shared", err_of(vmpool.shared, "x1", { size = 1 }))
+      assert.matches("^vmpool: option 'capacity' to vmpool.shared must be a size",
+        err_of(vmpool.shared, "x2", { capacity = "lots" }))
+      assert.matches("^vmpool: option 'capacity' to vmpool.shared must be at least 1024 bytes",
+        err_of(vmpool.shared, "x3", { capacity = 10 }))
+      assert.matches("^vmpool: option 'shards' to vmpool.shared must be a positive integer",
+        err_of(vmpool.shared, "x4", { shards = 0.5 }))
+    end)
+
+    it("prints its name, capacity and free space", function()
+      assert.matches("^vmpool.shared 'spec%-print' %(capacity 4096, free 4096%)$",
+        tostring(vmpool.shared("spec-print", { capacity = 4096 })))
+    end)
+  end)
+
+  describe("dict:get(key) and dict:set(key, value, exptime, flags)", function()
+    it("stores booleans, numbers and binary strings, and deletes with nil", function()
+      local d = fresh()
+      assert.are.same({ true, nil, false }, { d:set("b", false) })
+      assert.is_false(d:get("b"))
+      d:set("n", 0.25)
+      assert.are.equal(0.25, d:get("n"))
+      d:set("s", "a\0b")
+      assert.are.equal("a\0b", d:get("s"))
+      d:set("s", nil)
+      assert.is_nil(d:get("s"))
+      assert.are.equal(1, select("#", d:get("s")))
+    end)
+
+    if has_integers then
+      it("keeps integers integers on Lua 5.4", function()
+        local d = fresh()
+        d:set("i", 3)
+        assert.are.equal("integer", math.type(d:get("i")))
+        assert.are.equal("integer", math.type(d:incr("i", 1)))
+        assert.are.equal("float", math.type(d:incr("i", 0.5)))
+      end)
+    end
+
+    it("returns flags only when they are not zero", function()
+      local d = fresh()
+      d:set("k", "v", 0, 7)
+      assert.are.same({ "v", 7 }, { d:get("k") })
+      d:set("k", "v")
+      assert.are.equal(1, select("#", d:get("k")))
+    end)
+
+    it("turns number keys into strings, as ngx.shared does", function()
+      local d = fresh()
+      d:set(12, "twelve")
+      assert.are.equal("twelve", d:get("12"))
+    end)
+
+    it("hides an entry once its exptime has passed", function()
+      local d = fresh()
+      d:set("k", "v", 10)
+      d:_advance(9)
+      assert.are.equal("v", d:get("k"))
+      d:_advance(1.5)
+      assert.is_nil(d:get("k"))
+      d:set("forever", "v", math.huge)
+      assert.are.equal(0, d:ttl("forever"))
+    end)
+
+    it("raises vmpool: errors for bad keys, values, exptimes and flags", function()
+      local d = fresh()
+      assert.matches("^vmpool: bad argument #1 to 'set': the key must be a string or a number %(got nil%)",
+        err_of(d.set, d, nil, 1))
+      assert.matches("^vmpool: bad argument #1 to 'get': the key must be a string or a number %(got table%)",
+        err_of(d.get, d, {}))
+      assert.matches("^vmpool: bad argument #1 to 'set': the key is an empty string", err_of(d.set, d, "", 1))
+      assert.matches("^vmpool: bad argument #1 to 'get': the key is 65536 bytes long; keys are at most 65535 bytes",
+        err_of(d.get, d, string.rep("k", 65536)))
+      assert.is_true((d:set(string.rep("k", 65535), 1)))
+      assert.matches("^vmpool: bad argument #2 to 'set': a table cannot be stored in a shared dictionary",
+        err_of(d.set, d, "k", {}))
+      assert.matches("^vmpool: bad argument #2 to 'set': a function cannot be stored", err_of(d.set, d, "k", print))
+      assert.matches("^vmpool: bad argument #3 to 'set': 'exptime' must be a non%-negative number",
+        err_of(d.set, d, "k", 1, -1))
+      assert.matches("^vmpool: bad argument #3 to 'set': 'exptime' must be a non%-negative number",
+        err_of(d.set, d, "k", 1, 0 / 0))
+      assert.matches("^vmpool: bad argument #4 to 'set': 'flags' must be an integer from 0 to 4294967295",
+        err_of(d.set, d, "k", 1, 0, -1))
+      assert.matches("^vmpool: bad self to 'get': expected a shared dictionary %(call it as dict:get%(...%)%)",
+        err_of(d.get, "k"))
+    end)
+  end)
+
+  describe("dict:get_stale(key)", function()
+    it("returns an expired value with stale = true until it is removed", function()
+      local d = fresh()
+      d:set("k", "v", 1, 5)
+      assert.are.same({ "v", 5, false }, { d:get_stale("k") })
+      d:_advance(2)
+      assert.are.same({ "v", 5, true }, { d:get_stale("k") })
+      assert.are.equal(1, d:flush_expired())
+      assert.is_nil(d:get_stale("k"))
+    end)
+  end)
+
+  describe("dict:add, dict:safe_add and dict:replace", function()
+    it("add stores only a missing (or expired) key", function()
+      local d = fresh()
+      assert.are.same({ true, nil, false }, { d:add("k", 1) })
+      assert.are.same({ false, "exists", false }, { d:add("k", 2) })
+      assert.are.equal(1, d:get("k"))
+      d:expire("k", 1)
+      d:_advance(2)
+      assert.is_true((d:safe_add("k", 3)))
+      assert.are.equal(3, d:get("k"))
+    end)
+
+    it("replace stores only a live key", function()
+      local d = fresh()
+      assert.are.same({ false, "not found", false }, { d:replace("k", 1) })
+      d:set("k", 1)
+      assert.are.same({ true, nil, false }, { d:replace("k", 2) })
+      assert.are.equal(2, d:get("k"))
+    end)
+
+    it("refuses nil, which only set and delete take", function()
+      local d = fresh()
+      assert.matches("^vmpool: bad argument #2 to 'add': nil cannot be added or replaced", err_of(d.add, d, "k", nil))
+      assert.matches("^vmpool: bad argument #2 to 'replace'", err_of(d.replace, d, "k"))
+    end)
+  end)
+
+  describe("dict:delete(key)", function()
+    it("removes the key and answers true, nil, false", function()
+      local d = fresh()
+      d:set("k", 1)
+      assert.are.same({ true, nil, false }, { d:delete("k") })
+      assert.is_nil(d:get("k"))
+      assert.are.same({ true, nil, false }, { d:delete("never") })
+    end)
+  end)
+
+  describe("dict:incr(key, value, init, init_ttl)", function()
+    it("adds to a number and keeps its TTL and flags", function()
+      local d = fresh()
+      d:set("n", 10, 100, 3)
+      assert.are.equal(15, d:incr("n", 5))
+      assert.are.same({ 15, 3 }, { d:get("n") })
+      assert.is_true(d:ttl("n") > 99)
+      assert.are.equal(14.5, d:incr("n", -0.5))
+    end)
+
+    it("fails with not found without init, and creates with init and init_ttl", function()
+      local d = fresh()
+      assert.are.same({ nil, "not found" }, { d:incr("n", 1) })
+      assert.are.same({ 11, nil, false }, { d:incr("n", 1, 10, 5) })
+      assert.is_true(d:ttl("n") > 4 and d:ttl("n") <= 5)
+      assert.are.same({ 12, nil, false }, { d:incr("n", 1, 10, 60) }) -- init_ttl: only on creation
+      assert.is_true(d:ttl("n") <= 5)
+      d:_advance(6)
+      assert.are.same({ 11, nil, false }, { d:incr("n", 1, 10) })
+      assert.are.equal(0, d:ttl("n"))
+    end)
+
+    it("refuses a value that is not a number", function()
+      local d = fresh()
+      d:set("s", "text")
+      assert.are.same({ nil, "not a number" }, { d:incr("s", 1) })
+      assert.matches("^vmpool: bad argument #2 to 'incr': 'value' must be a number %(got nil%)", err_of(d.incr, d, "s"))
+      assert.matches("^vmpool: bad argument #2 to 'incr': 'value' is NaN", err_of(d.incr, d, "s", 0 / 0))
+      assert.matches("^vmpool: bad argument #4 to 'incr': 'init_ttl' needs 'init'", err_of(d.incr, d, "x", 1, nil, 5))
+      assert.matches("^vmpool: bad argument #4 to 'incr': 'init_ttl' must be a non%-negative",
+        err_of(d.incr, d, "x", 1, 0, -5))
+    end)
+  end)
+
+  describe("lists: dict:lpush, rpush, lpop, rpop, llen", function()
+    it("push at either end, pop from either end, and vanish when empty", function()
+      local d = fresh()
+      assert.are.equal(1, d:lpush("l", "b"))
+      assert.are.equal(2, d:lpush("l", "a"))
+      assert.are.equal(3, d:rpush("l", 3))
+      assert.are.equal(3, d:llen("l"))
+      assert.are.equal("a", d:lpop("l"))
+      assert.are.equal(3, d:rpop("l"))
+      assert.are.equal("b", d:rpop("l"))
+      assert.is_nil(d:lpop("l"))
+      assert.are.equal(0, d:llen("l"))
+      assert.are.same({ nil, "not found" }, { d:ttl("l") })
+    end)
+
+    it("refuse to mix lists and other values", function()
+      local d = fresh()
+      d:set("s", 1)
+      assert.are.same({ nil, "value not a list" }, { d:lpush("s", 1) })
+      assert.are.same({ nil, "value not a list" }, { d:lpop("s") })
+      assert.are.same({ nil, "value not a list" }, { d:llen("s") })
+      d:rpush("l", 1)
+      assert.are.same({ nil, "value is a list" }, { d:get("l") })
+      assert.are.same({ nil, "not a number" }, { d:incr("l", 1) })
+      assert.matches("^vmpool: bad argument #2 to 'lpush': only numbers and strings can be pushed",
+        err_of(d.lpush, d, "l", true))
+    end)
+
+    it("replace an expired non-list by a new list", function()
+      local d = fresh()
+      d:set("k", "v", 1)
+      d:_advance(2)
+      assert.are.equal(1, d:rpush("k", "x"))
+      assert.are.equal("x", d:lpop("k"))
+    end)
+  end)
+
+  describe("dict:ttl(key) and dict:expire(key, exptime)", function()
+    it("report and change the time left, 0 meaning never", function()
+      local d = fresh()
+      d:set("k", "v")
+      assert.are.equal(0, d:ttl("k"))
+      assert.is_true(d:expire("k", 10))
+      local left = d:ttl("k")
+      assert.is_true(left > 9.9 and left <= 10, tostring(left))
+      assert.is_true(d:expire("k", 0))
+      assert.are.equal(0, d:ttl("k"))
+      assert.are.same({ nil, "not found" }, { d:ttl("missing") })
+      assert.are.same({ nil, "not found" }, { d:expire("missing", 1) })
+      assert.matches("^vmpool: bad argument #2 to 'expire': 'exptime' must be", err_of(d.expire, d, "k"))
+    end)
+  end)
+
+  describe("dict:flush_all(), dict:flush_expired(max_count), dict:get_keys(max_count)", function()
+    it("flush_all expires everything; flush_expired frees it", function()
+      local d = fresh({ capacity = 65536 })
+      for i = 1, 10 do d:set("k" .. i, i) end
+      assert.are.equal(10, #d:get_keys())
+      assert.is_true(d:free_space() < 65536)
+      assert.are.equal(0, select("#", d:flush_all()))
+      assert.are.same({}, d:get_keys())
+      assert.are.same({ 1, nil, true }, { d:get_stale("k1") })
+      assert.are.equal(3, d:flush_expired(3))
+      assert.are.equal(7, d:flush_expired())
+      assert.are.equal(65536, d:free_space())
+    end)
+
+    it("get_keys returns at most 1024 keys by default, all with 0", function()
+      local d = fresh()
+      for i = 1, 1100 do d:set("k" .. i, true) end
+      assert.are.equal(1024, #d:get_keys())
+      assert.are.equal(1100, #d:get_keys(0))
+      assert.are.equal(5, #d:get_keys(5))
+      local seen = {}
+      for _, k in ipairs(d:get_keys(0)) do seen[k] = true end
+      for i = 1, 1100 do assert.is_true(seen["k" .. i]) end
+    end)
+  end)
+
+  describe("capacity and eviction", function()
+    it("evicts the least recently used entries when full, and says so", function()
+      local d = fresh({ capacity = 1024, shards = 1 })
+      local value = string.rep("x", 100)
+      local n = 0
+      repeat
+        n = n + 1
+        local ok, err, forcible = d:set("k" .. n, value)
+        assert.is_true(ok, err)
+      until forcible
+      -- k1 was the least recently used when the dictionary filled up
+      assert.is_nil(d:get("k1"))
+      assert.are.equal(value, d:get("k" .. n))
+      d:get("k2") -- now k3 is the oldest
+      local _, _, forcible = d:set("new", value)
+      assert.is_true(forcible)
+      assert.are.equal(value, d:get("k2"))
+      assert.is_nil(d:get("k3"))
+    end)
+
+    it("safe_set and safe_add fail with no memory instead of evicting", function()
+      local d = fresh({ capacity = 1024, shards = 1 })
+      local value = string.rep("x", 100)
+      local n = 0
+      while d:safe_set("k" .. n + 1, value) do n = n + 1 end
+      assert.are.same({ false, "no memory", false }, { d:safe_set("more", value) })
+      assert.are.same({ false, "no memory", false }, { d:safe_add("more", value) })
+      for i = 1, n do assert.are.equal(value, d:get("k" .. i)) end
+      assert.are.same({ false, "no memory", false }, { d:set("huge", string.rep("x", 2000)) })
+      assert.are.equal(value, d:get("k1"))
+    end)
+
+    it("frees the space of removed entries", function()
+      local d = fresh({ capacity = 4096 })
+      d:set("k", string.rep("x", 1000))
+      d:rpush("l", string.rep("y", 500))
+      assert.is_true(d:free_space() < 4096 - 1500)
+      d:delete("k")
+      d:lpop("l")
+      assert.are.equal(4096, d:free_space())
+    end)
+  end)
+
+  describe("in pool states", function()
+    local pool
+    setup(function()
+      pool = vmpool.new { core = 2 }
+      pool:compile("c", [[
+        local vmpool = require "vmpool"
+        local d = vmpool.shared("spec-pool")
+        return {
+          put = function(k, v) return d:set(k, v) end,
+          get = function(k) return d:get(k) end,
+          count = function(n) for _ = 1, n do d:incr("hits", 1, 0) end return true end,
+        }
+      ]])
+    end)
+    teardown(function() pool:close() end)
+
+    it("see the host's dictionary, and the host sees theirs", function()
+      local d = vmpool.shared("spec-pool")
+      d:set("from-host", "h")
+      assert.are.equal("h", pool:invoke("c", "get", "from-host"))
+      assert.is_true(pool:invoke("c", "put", "from-state", 7))
+      assert.are.equal(7, d:get("from-state"))
+    end)
+
+    it("count exactly when several states and the host increment at once", function()
+      local d = vmpool.shared("spec-pool")
+      d:delete("hits")
+      local futures = {}
+      for i = 1, 4 do futures[i] = pool:submit("c", "count", 5000) end
+      for _ = 1, 5000 do d:incr("hits", 1, 0) end
+      for i = 1, 4 do assert.is_true(futures[i]:wait()) end
+      assert.are.equal(25000, d:get("hits"))
+    end)
+  end)
+end)

@@ -1,0 +1,737 @@
+//! The Lua face of `vmpool.shared` (see `src/shared/`): `vmpool.shared(name [, options])` and
+//! the methods of a dictionary, with the arguments and results of `ngx.shared.DICT`.
+//!
+//! Results follow ngx exactly (`true, nil, forcible`; `false, "no memory", forcible`; `nil,
+//! "not found"`, ...), so code that checks them runs unchanged. Bad input that ngx answers with an
+//! error string or a Lua error (nil, empty or over-long keys, tables as values, negative or NaN
+//! TTLs, bad flags) raises a `vmpool:` error that says what was wrong: those are mistakes in the
+//! calling code, not outcomes to handle.
+//!
+//! A dictionary handle is a full userdata holding an `Arc` of the dictionary; its metatable is
+//! kept in the registry of each state that uses one (the host and any pool state).
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use mlua::ffi;
+
+use crate::host::userdata::{self, Tagged};
+use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
+use crate::shared::dict::{self, Got, Item, Mode, Number, Refused, Scalar, Written};
+use crate::shared::{self as registry, Named, Options};
+use crate::Error;
+
+/// What a dictionary userdata holds.
+pub struct SharedHandle {
+    named: Arc<Named>,
+}
+
+impl Tagged for SharedHandle {
+    const TAG: u64 = 0x766d_706f_6f6c_0005;
+}
+
+/// The registry field that holds the metatable of dictionary handles in each state.
+const META_KEY: &str = "vmpool.shared.dict";
+
+type Methods = &'static [(&'static str, ffi::lua_CFunction)];
+
+const METHODS: Methods = &[
+    ("get", get),
+    ("get_stale", get_stale),
+    ("set", set),
+    ("safe_set", safe_set),
+    ("add", add),
+    ("safe_add", safe_add),
+    ("replace", replace),
+    ("delete", delete),
+    ("incr", incr),
+    ("lpush", lpush),
+    ("rpush", rpush),
+    ("lpop", lpop),
+    ("rpop", rpop),
+    ("llen", llen),
+    ("ttl", ttl),
+    ("expire", expire),
+    ("flush_all", flush_all),
+    ("flush_expired", flush_expired),
+    ("get_keys", get_keys),
+    ("capacity", capacity),
+    ("free_space", free_space),
+    ("_advance", advance),
+];
+
+fn bad(position: c_int, method: &str, what: String) -> Error {
+    Error::BadArgument(format!("bad argument #{position} to '{method}': {what}"))
+}
+
+/// The dictionary `self` of a method call (stack slot 1).
+fn this<'a>(st: State, method: &str) -> Result<&'a Named, Error> {
+    let handle = userdata::get::<SharedHandle>(st, 1)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument(format!(
+                "bad self to '{method}': expected a shared dictionary (call it as dict:{method}(...))"
+            ))
+        })?;
+    let p: *const Named = Arc::as_ptr(&handle.named);
+    // SAFETY: `p` points into the `Arc` held by the userdata at stack slot 1 of the running C
+    // function. Lua keeps that argument alive until the function returns, and only `__gc` (which
+    // cannot run on a value that is on the stack) drops the `Arc`; so the `Named` outlives every
+    // use of the reference, which the callers confine to the call. (No `Arc` clone: a Lua error
+    // that skips Rust destructors would leak its count.)
+    let named: &'a Named = unsafe { &*p };
+    named.check_process()?;
+    // Fix the arguments' slots (missing ones become nil, extra ones go): the key of a number is
+    // converted in a copy pushed above them, which must not land in an argument's slot.
+    st.set_top(ARGS);
+    Ok(named)
+}
+
+/// Stack slots of a method call's arguments, `self` included (`incr` and `set` take the most).
+const ARGS: c_int = 5;
+
+/// The key at `idx`: a string, or a number turned into its string (as ngx does); at most
+/// [`dict::MAX_KEY`] bytes, not empty. A number is converted in a copy pushed on the stack, which
+/// then holds the bytes for the rest of the call.
+fn key<'a>(st: State, idx: c_int, method: &str) -> Result<&'a [u8], Error> {
+    let k = match st.type_of(idx) {
+        TSTRING => st.string_bytes(idx),
+        TNUMBER => {
+            if !st.check_stack(4) {
+                return Err(Error::Internal("no Lua stack space".into()));
+            }
+            st.push_value(idx);
+            st.string_bytes(-1)
+        }
+        t => {
+            return Err(bad(
+                idx - 1,
+                method,
+                format!(
+                    "the key must be a string or a number (got {})",
+                    crate::lua::type_name(t)
+                ),
+            ))
+        }
+    };
+    if k.is_empty() {
+        return Err(bad(idx - 1, method, "the key is an empty string".into()));
+    }
+    if k.len() > dict::MAX_KEY {
+        return Err(bad(
+            idx - 1,
+            method,
+            format!(
+                "the key is {} bytes long; keys are at most {} bytes",
+                k.len(),
+                dict::MAX_KEY
+            ),
+        ));
+    }
+    Ok(k)
+}
+
+fn number_at(st: State, idx: c_int) -> Number {
+    match st.to_integer_exact(idx) {
+        Some(i) => Number::Int(i),
+        None => Number::Float(st.to_number(idx)),
+    }
+}
+
+/// A value to store: nil (`None`), a boolean, a number or a string.
+fn value(st: State, idx: c_int, method: &str) -> Result<Option<Scalar>, Error> {
+    Ok(Some(match st.type_of(idx) {
+        TNIL | crate::lua::TNONE => return Ok(None),
+        TBOOLEAN => Scalar::Bool(st.to_boolean(idx)),
+        TNUMBER => Scalar::Num(number_at(st, idx)),
+        TSTRING => Scalar::Str(st.string_bytes(idx).into()),
+        t => {
+            let hint = if t == TTABLE {
+                "; serialize tables first, e.g. with cjson.encode"
+            } else {
+                ""
+            };
+            return Err(bad(
+                idx - 1,
+                method,
+                format!(
+                    "a {} cannot be stored in a shared dictionary (store nil, a boolean, a number or a string{hint})",
+                    crate::lua::type_name(t)
+                ),
+            ));
+        }
+    }))
+}
+
+/// A TTL in seconds at `idx` (nil = none), as nanoseconds (0 = never); `required` refuses nil.
+fn ttl_arg(st: State, idx: c_int, method: &str, name: &str, required: bool) -> Result<u64, Error> {
+    match st.type_of(idx) {
+        TNIL | crate::lua::TNONE if !required => Ok(0),
+        TNUMBER => {
+            let s = st.to_number(idx);
+            if s.is_nan() || s < 0.0 {
+                Err(bad(
+                    idx - 1,
+                    method,
+                    format!("'{name}' must be a non-negative number of seconds, 0 for no expiry (got {s})"),
+                ))
+            } else {
+                Ok(dict::ttl_ns(s))
+            }
+        }
+        t => Err(bad(
+            idx - 1,
+            method,
+            format!(
+                "'{name}' must be a non-negative number of seconds, 0 for no expiry (got {})",
+                crate::lua::type_name(t)
+            ),
+        )),
+    }
+}
+
+/// An optional non-negative integer argument (flags, max_count).
+fn uint_arg(
+    st: State,
+    idx: c_int,
+    method: &str,
+    name: &str,
+    default: u64,
+    max: u64,
+) -> Result<u64, Error> {
+    match st.type_of(idx) {
+        TNIL | crate::lua::TNONE => Ok(default),
+        TNUMBER => {
+            let n = st.to_number(idx);
+            if n >= 0.0 && n <= max as f64 && n.fract() == 0.0 {
+                Ok(n as u64)
+            } else {
+                Err(bad(
+                    idx - 1,
+                    method,
+                    format!("'{name}' must be an integer from 0 to {max} (got {n})"),
+                ))
+            }
+        }
+        t => Err(bad(
+            idx - 1,
+            method,
+            format!(
+                "'{name}' must be an integer from 0 to {max} (got {})",
+                crate::lua::type_name(t)
+            ),
+        )),
+    }
+}
+
+/// A number argument (incr's value and init): a number or a numeric string; NaN refused.
+fn number_arg(st: State, idx: c_int, method: &str, name: &str) -> Result<Number, Error> {
+    let n = match st.type_of(idx) {
+        TNUMBER => number_at(st, idx),
+        // SAFETY: `lua_isnumber` only inspects the slot.
+        TSTRING if unsafe { ffi::lua_isnumber(st.as_ptr(), idx) } != 0 => {
+            Number::Float(st.to_number(idx))
+        }
+        t => {
+            return Err(bad(
+                idx - 1,
+                method,
+                format!(
+                    "'{name}' must be a number (got {})",
+                    crate::lua::type_name(t)
+                ),
+            ))
+        }
+    };
+    if n.as_f64().is_nan() {
+        return Err(bad(idx - 1, method, format!("'{name}' is NaN")));
+    }
+    Ok(n)
+}
+
+fn push_number(st: State, n: Number) {
+    match n {
+        Number::Int(i) => st.push_integer(i),
+        Number::Float(f) => st.push_number(f),
+    }
+}
+
+fn push_scalar(st: State, v: &Scalar) {
+    match v {
+        Scalar::Bool(b) => st.push_bool(*b),
+        Scalar::Num(n) => push_number(st, *n),
+        Scalar::Str(s) => st.push_bytes(s),
+    }
+}
+
+fn ensure_stack(st: State, n: c_int) -> Result<(), Error> {
+    if st.check_stack(n) {
+        Ok(())
+    } else {
+        Err(Error::Internal("no Lua stack space for the results".into()))
+    }
+}
+
+/// `nil, err` (two results).
+fn nil_err(st: State, err: &str) -> Result<c_int, Error> {
+    ensure_stack(st, 2)?;
+    st.push_nil();
+    st.push_str(err);
+    Ok(2)
+}
+
+/// The three results of a store: `true, nil, forcible` or `false, err, forcible`.
+fn stored(st: State, r: Result<Written, Refused>) -> Result<c_int, Error> {
+    ensure_stack(st, 3)?;
+    match r {
+        Ok(w) => {
+            st.push_bool(true);
+            st.push_nil();
+            st.push_bool(w.forcible);
+        }
+        Err(r) => {
+            st.push_bool(false);
+            st.push_str(r.err);
+            st.push_bool(r.forcible);
+        }
+    }
+    Ok(3)
+}
+
+crate::lua_function!(pub fn shared => shared_impl);
+/// `vmpool.shared(name [, options])`.
+fn shared_impl(st: State) -> Result<c_int, Error> {
+    let name = match st.to_bytes(1) {
+        Some(n) if !n.is_empty() => String::from_utf8_lossy(n).into_owned(),
+        _ => {
+            return Err(Error::BadArgument(format!(
+            "bad argument #1 to 'shared': expected a dictionary name (non-empty string), got {}",
+            st.type_name(1)
+        )))
+        }
+    };
+    let opts = options(st, 2)?;
+    let named = registry::open(&name, opts)?;
+    ensure_stack(st, 6)?;
+    push_metatable(st);
+    let mt = st.top();
+    userdata::push(st, SharedHandle { named }, mt);
+    Ok(1)
+}
+
+/// Reads `{ capacity = bytes | "10m", shards = n }` at `idx` (nil = defaults).
+fn options(st: State, idx: c_int) -> Result<Options, Error> {
+    let mut opts = Options::default();
+    match st.type_of(idx) {
+        TNIL | crate::lua::TNONE => return Ok(opts),
+        TTABLE => {}
+        t => {
+            return Err(Error::BadArgument(format!(
+                "bad argument #2 to 'shared': expected an options table or nothing, got {}",
+                crate::lua::type_name(t)
+            )))
+        }
+    }
+    ensure_stack(st, 4)?;
+    st.push_nil();
+    while st.next(idx) {
+        let field = st
+            .to_bytes(-2)
+            .map(|b| String::from_utf8_lossy(b).into_owned());
+        let bad_value = |what: &str| {
+            Error::BadArgument(format!(
+                "option '{}' to vmpool.shared must be {what} (got {})",
+                field.as_deref().unwrap_or("?"),
+                st.type_name(-1)
+            ))
+        };
+        match field.as_deref() {
+            Some("capacity") => {
+                let c = match st.type_of(-1) {
+                    TNUMBER => {
+                        let n = st.to_number(-1);
+                        (n >= 0.0 && n.fract() == 0.0 && n < 2f64.powi(53)).then_some(n as usize)
+                    }
+                    TSTRING => registry::parse_size(&String::from_utf8_lossy(st.string_bytes(-1))),
+                    _ => None,
+                };
+                opts.capacity = Some(c.ok_or_else(|| {
+                    bad_value(
+                        "a size in bytes: an integer, or a string such as \"512k\" or \"10m\"",
+                    )
+                })?);
+            }
+            Some("shards") => {
+                let n = st.to_number(-1);
+                if st.type_of(-1) != TNUMBER || n.fract() != 0.0 || n < 1.0 {
+                    return Err(bad_value("a positive integer"));
+                }
+                opts.shards = Some(n.min(1e9) as usize);
+            }
+            _ => {
+                return Err(Error::BadArgument(format!(
+                    "unknown option '{}' to vmpool.shared (options are capacity and shards)",
+                    field.as_deref().unwrap_or("(not a string)")
+                )))
+            }
+        }
+        st.pop(1);
+    }
+    Ok(opts)
+}
+
+/// Pushes this state's metatable for dictionary handles, creating it on first use.
+fn push_metatable(st: State) {
+    st.push_registry();
+    if st.raw_get_str(-1, META_KEY) == TTABLE {
+        st.remove(-2);
+        return;
+    }
+    st.pop(1);
+    st.create_table(0, 5);
+    st.create_table(0, METHODS.len() as c_int);
+    for &(name, f) in METHODS {
+        st.set_fn(name, f);
+    }
+    st.raw_set_str(-2, "__index");
+    st.set_fn("__gc", GC);
+    st.set_fn("__tostring", TOSTRING);
+    st.push_str("vmpool.shared");
+    st.raw_set_str(-2, "__name");
+    st.push_bool(false);
+    st.raw_set_str(-2, "__metatable");
+    st.push_value(-1);
+    st.raw_set_str(-3, META_KEY);
+    st.remove(-2);
+}
+
+crate::lua_function!(fn GC => gc_impl);
+fn gc_impl(st: State) -> Result<c_int, Error> {
+    userdata::finalize::<SharedHandle>(st, 1);
+    Ok(0)
+}
+
+crate::lua_function!(fn TOSTRING => tostring_impl);
+fn tostring_impl(st: State) -> Result<c_int, Error> {
+    let text = match userdata::get::<SharedHandle>(st, 1).and_then(|b| b.get()) {
+        Some(h) if h.named.check_process().is_err() => format!(
+            "vmpool.shared '{}' (created in another process)",
+            h.named.name
+        ),
+        Some(h) => format!(
+            "vmpool.shared '{}' (capacity {}, free {})",
+            h.named.name,
+            h.named.dict.capacity(),
+            h.named.dict.free_space()
+        ),
+        None => "vmpool.shared (finalized)".to_string(),
+    };
+    st.push_str(&text);
+    Ok(1)
+}
+
+fn get_common(st: State, method: &str, stale: bool) -> Result<c_int, Error> {
+    let d = this(st, method)?;
+    let k = key(st, 2, method)?;
+    let found = d.dict.get(k, stale);
+    ensure_stack(st, 3)?;
+    match found {
+        Got::Missing => {
+            st.push_nil();
+            Ok(1)
+        }
+        Got::List => nil_err(st, "value is a list"),
+        Got::Value {
+            value,
+            flags,
+            stale: is_stale,
+        } => {
+            push_scalar(st, &value);
+            if flags != 0 {
+                st.push_integer(flags as i64);
+            } else if !stale {
+                return Ok(1);
+            } else {
+                st.push_nil();
+            }
+            if stale {
+                st.push_bool(is_stale);
+                Ok(3)
+            } else {
+                Ok(2)
+            }
+        }
+    }
+}
+
+crate::lua_function!(fn get => get_impl);
+/// `dict:get(key)` → `value[, flags]` | `nil` | `nil, "value is a list"`.
+fn get_impl(st: State) -> Result<c_int, Error> {
+    get_common(st, "get", false)
+}
+
+crate::lua_function!(fn get_stale => get_stale_impl);
+/// `dict:get_stale(key)` → `value, flags|nil, stale` | `nil`.
+fn get_stale_impl(st: State) -> Result<c_int, Error> {
+    get_common(st, "get_stale", true)
+}
+
+fn store_common(st: State, method: &str, mode: Mode, safe: bool) -> Result<c_int, Error> {
+    let d = this(st, method)?;
+    let k = key(st, 2, method)?;
+    let v = value(st, 3, method)?;
+    if v.is_none() && mode != Mode::Set {
+        return Err(bad(
+            2,
+            method,
+            "nil cannot be added or replaced (use dict:delete(key) to remove a key)".into(),
+        ));
+    }
+    let exptime = ttl_arg(st, 4, method, "exptime", false)?;
+    let flags = uint_arg(st, 5, method, "flags", 0, u32::MAX as u64)? as u32;
+    stored(st, d.dict.store(mode, safe, k, v, exptime, flags))
+}
+
+crate::lua_function!(fn set => set_impl);
+/// `dict:set(key, value, exptime?, flags?)` → `ok, err, forcible`.
+fn set_impl(st: State) -> Result<c_int, Error> {
+    store_common(st, "set", Mode::Set, false)
+}
+
+crate::lua_function!(fn safe_set => safe_set_impl);
+fn safe_set_impl(st: State) -> Result<c_int, Error> {
+    store_common(st, "safe_set", Mode::Set, true)
+}
+
+crate::lua_function!(fn add => add_impl);
+fn add_impl(st: State) -> Result<c_int, Error> {
+    store_common(st, "add", Mode::Add, false)
+}
+
+crate::lua_function!(fn safe_add => safe_add_impl);
+fn safe_add_impl(st: State) -> Result<c_int, Error> {
+    store_common(st, "safe_add", Mode::Add, true)
+}
+
+crate::lua_function!(fn replace => replace_impl);
+fn replace_impl(st: State) -> Result<c_int, Error> {
+    store_common(st, "replace", Mode::Replace, false)
+}
+
+crate::lua_function!(fn delete => delete_impl);
+/// `dict:delete(key)` → `true, nil, false`.
+fn delete_impl(st: State) -> Result<c_int, Error> {
+    let d = this(st, "delete")?;
+    let k = key(st, 2, "delete")?;
+    stored(st, d.dict.store(Mode::Set, false, k, None, 0, 0))
+}
+
+crate::lua_function!(fn incr => incr_impl);
+/// `dict:incr(key, value, init?, init_ttl?)` → `new` (or `new, nil, forcible` with `init`) |
+/// `nil, err`.
+fn incr_impl(st: State) -> Result<c_int, Error> {
+    let d = this(st, "incr")?;
+    let k = key(st, 2, "incr")?;
+    let delta = number_arg(st, 3, "incr", "value")?;
+    let has_init = !matches!(st.type_of(4), TNIL | crate::lua::TNONE);
+    let init = if has_init {
+        Some(number_arg(st, 4, "incr", "init")?)
+    } else {
+        None
+    };
+    let init_ttl = ttl_arg(st, 5, "incr", "init_ttl", false)?;
+    if !has_init && !matches!(st.type_of(5), TNIL | crate::lua::TNONE) {
+        return Err(bad(
+            4,
+            "incr",
+            "'init_ttl' needs 'init' (the TTL applies only to the entry init creates)".into(),
+        ));
+    }
+    match d.dict.incr(k, delta, init.map(|i| (i, init_ttl))) {
+        Ok((n, w)) => {
+            ensure_stack(st, 3)?;
+            push_number(st, n);
+            if !has_init {
+                return Ok(1);
+            }
+            st.push_nil();
+            st.push_bool(w.forcible);
+            Ok(3)
+        }
+        Err(r) => nil_err(st, r.err),
+    }
+}
+
+fn push_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
+    let d = this(st, method)?;
+    let k = key(st, 2, method)?;
+    let item = match st.type_of(3) {
+        TNUMBER => Item::Num(number_at(st, 3)),
+        TSTRING => Item::Str(st.string_bytes(3).into()),
+        t => {
+            return Err(bad(
+                2,
+                method,
+                format!(
+                    "only numbers and strings can be pushed to a list (got {})",
+                    crate::lua::type_name(t)
+                ),
+            ))
+        }
+    };
+    match d.dict.push(k, item, front) {
+        Ok(n) => {
+            ensure_stack(st, 1)?;
+            st.push_integer(n as i64);
+            Ok(1)
+        }
+        Err(r) => nil_err(st, r.err),
+    }
+}
+
+crate::lua_function!(fn lpush => lpush_impl);
+/// `dict:lpush(key, value)` → new length | `nil, err`.
+fn lpush_impl(st: State) -> Result<c_int, Error> {
+    push_common(st, "lpush", true)
+}
+
+crate::lua_function!(fn rpush => rpush_impl);
+fn rpush_impl(st: State) -> Result<c_int, Error> {
+    push_common(st, "rpush", false)
+}
+
+fn pop_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
+    let d = this(st, method)?;
+    let k = key(st, 2, method)?;
+    match d.dict.pop(k, front) {
+        Ok(item) => {
+            ensure_stack(st, 1)?;
+            match item {
+                None => st.push_nil(),
+                Some(Item::Num(n)) => push_number(st, n),
+                Some(Item::Str(s)) => st.push_bytes(&s),
+            }
+            Ok(1)
+        }
+        Err(r) => nil_err(st, r.err),
+    }
+}
+
+crate::lua_function!(fn lpop => lpop_impl);
+/// `dict:lpop(key)` → value | `nil` | `nil, "value not a list"`.
+fn lpop_impl(st: State) -> Result<c_int, Error> {
+    pop_common(st, "lpop", true)
+}
+
+crate::lua_function!(fn rpop => rpop_impl);
+fn rpop_impl(st: State) -> Result<c_int, Error> {
+    pop_common(st, "rpop", false)
+}
+
+crate::lua_function!(fn llen => llen_impl);
+/// `dict:llen(key)` → length (0 if missing) | `nil, "value not a list"`.
+fn llen_impl(st: State) -> Result<c_int, Error> {
+    let d = this(st, "llen")?;
+    let k = key(st, 2, "llen")?;
+    match d.dict.llen(k) {
+        Ok(n) => {
+            ensure_stack(st, 1)?;
+            st.push_integer(n as i64);
+            Ok(1)
+        }
+        Err(r) => nil_err(st, r.err),
+    }
+}
+
+crate::lua_function!(fn ttl => ttl_impl);
+/// `dict:ttl(key)` → seconds left (0 = no expiry) | `nil, "not found"`.
+fn ttl_impl(st: State) -> Result<c_int, Error> {
+    let d = this(st, "ttl")?;
+    let k = key(st, 2, "ttl")?;
+    match d.dict.ttl(k) {
+        Some(0) => {
+            st.push_integer(0);
+            Ok(1)
+        }
+        Some(ns) => {
+            ensure_stack(st, 1)?;
+            st.push_number(ns as f64 / 1e9);
+            Ok(1)
+        }
+        None => nil_err(st, "not found"),
+    }
+}
+
+crate::lua_function!(fn expire => expire_impl);
+/// `dict:expire(key, exptime)` → `true` | `nil, "not found"`.
+fn expire_impl(st: State) -> Result<c_int, Error> {
+    let d = this(st, "expire")?;
+    let k = key(st, 2, "expire")?;
+    let t = ttl_arg(st, 3, "expire", "exptime", true)?;
+    if d.dict.expire(k, t) {
+        ensure_stack(st, 1)?;
+        st.push_bool(true);
+        Ok(1)
+    } else {
+        nil_err(st, "not found")
+    }
+}
+
+crate::lua_function!(fn flush_all => flush_all_impl);
+/// `dict:flush_all()` → nothing.
+fn flush_all_impl(st: State) -> Result<c_int, Error> {
+    this(st, "flush_all")?.dict.flush_all();
+    Ok(0)
+}
+
+crate::lua_function!(fn flush_expired => flush_expired_impl);
+/// `dict:flush_expired(max_count?)` → how many were removed.
+fn flush_expired_impl(st: State) -> Result<c_int, Error> {
+    let d = this(st, "flush_expired")?;
+    let max = uint_arg(st, 2, "flush_expired", "max_count", 0, u32::MAX as u64)?;
+    let n = d.dict.flush_expired(max as usize);
+    ensure_stack(st, 1)?;
+    st.push_integer(n as i64);
+    Ok(1)
+}
+
+crate::lua_function!(fn get_keys => get_keys_impl);
+/// `dict:get_keys(max_count?)` → array of keys (default at most 1024; 0 = all).
+fn get_keys_impl(st: State) -> Result<c_int, Error> {
+    let d = this(st, "get_keys")?;
+    let max = uint_arg(st, 2, "get_keys", "max_count", 1024, u32::MAX as u64)?;
+    let keys = d.dict.keys(max as usize);
+    ensure_stack(st, 3)?;
+    st.create_table(keys.len().min(1 << 26) as c_int, 0);
+    for (i, k) in keys.iter().enumerate() {
+        st.push_bytes(k);
+        st.raw_seti(-2, i as i64 + 1);
+    }
+    Ok(1)
+}
+
+crate::lua_function!(fn capacity => capacity_impl);
+/// `dict:capacity()` → bytes.
+fn capacity_impl(st: State) -> Result<c_int, Error> {
+    let c = this(st, "capacity")?.dict.capacity();
+    st.push_integer(c as i64);
+    Ok(1)
+}
+
+crate::lua_function!(fn free_space => free_space_impl);
+/// `dict:free_space()` → bytes not taken by entries.
+fn free_space_impl(st: State) -> Result<c_int, Error> {
+    let f = this(st, "free_space")?.dict.free_space();
+    st.push_integer(f as i64);
+    Ok(1)
+}
+
+crate::lua_function!(fn advance => advance_impl);
+/// `dict:_advance(seconds)`: moves the dictionary's clock forward, for tests of TTLs that must
+/// not wait (the dictionary is shared: every user sees the jump).
+fn advance_impl(st: State) -> Result<c_int, Error> {
+    let d = this(st, "_advance")?;
+    let t = ttl_arg(st, 2, "_advance", "seconds", true)?;
+    d.dict.advance(t as f64 / 1e9);
+    Ok(0)
+}

@@ -1,0 +1,800 @@
+//! One shared dictionary: the data and the semantics of `ngx.shared.DICT`, without Lua.
+//!
+//! Entries live in shards, each a mutex over a map kept in least-recently-used order; a key's hash
+//! picks its shard, so threads working on different keys rarely meet on a lock, and no operation
+//! holds a lock for longer than one entry's work (the whole-dictionary operations lock one shard
+//! at a time). The capacity is one byte budget for the whole dictionary, reserved with an atomic
+//! counter, so a dictionary of any size can hold one entry as large as itself.
+//!
+//! What follows `ngx.shared.DICT` (lua-nginx-module's `ngx_http_lua_shdict.c`), so that code written
+//! for it behaves the same:
+//! - expired entries are invisible to `get` but stay readable by `get_stale` until they are
+//!   removed: lazily, up to two from the least recently used end of the shard on each write and
+//!   each `get`, by `flush_expired`, or when their room is needed;
+//! - a write that needs room evicts least recently used entries (of its own shard first, then of
+//!   others it can lock without waiting), at most [`MAX_EVICTIONS`], and reports that it did
+//!   (`forcible`); the `safe` writes evict nothing and fail with "no memory" instead;
+//! - `flush_all` marks every entry expired (still readable by `get_stale`);
+//! - `incr` keeps the TTL and flags of an existing number; `init_ttl` only applies to the entry
+//!   it creates.
+//!
+//! Where it differs, on purpose: `ttl` and `expire` treat an expired entry as absent (ngx answers
+//! for expired entries that happen not to have been removed yet, which depends on timing); a write
+//! that fails with "no memory" leaves the old value in place (ngx has already dropped it); and the
+//! least recently used order is kept per shard, so with more than one shard eviction picks the
+//! least recently used entry of the shard that needs room, not of the whole dictionary
+//! (`shards = 1` gives ngx's exact order).
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+/// Bytes an entry costs besides its key and value (about what ngx's node and slab rounding cost),
+/// so that many tiny entries cannot exceed the capacity by much in real memory.
+pub const ENTRY_OVERHEAD: usize = 64;
+/// Bytes a list element costs besides its value.
+pub const ITEM_OVERHEAD: usize = 24;
+/// Most entries one write evicts to make room before it fails with "no memory" (ngx: 30).
+pub const MAX_EVICTIONS: usize = 30;
+/// Longest key, in bytes (ngx stores the length in 16 bits).
+pub const MAX_KEY: usize = 65535;
+
+/// A number as the state stored it: Lua 5.3+ integers stay integers.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Number {
+    Int(i64),
+    Float(f64),
+}
+
+impl Number {
+    fn add(self, other: Number) -> Number {
+        match (self, other) {
+            // Lua's own integer arithmetic wraps around
+            (Number::Int(a), Number::Int(b)) => Number::Int(a.wrapping_add(b)),
+            (a, b) => Number::Float(a.as_f64() + b.as_f64()),
+        }
+    }
+
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Number::Int(i) => i as f64,
+            Number::Float(f) => f,
+        }
+    }
+}
+
+/// A value an entry holds (besides lists).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Scalar {
+    Bool(bool),
+    Num(Number),
+    Str(Box<[u8]>),
+}
+
+/// An element of a list.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Item {
+    Num(Number),
+    Str(Box<[u8]>),
+}
+
+impl Item {
+    fn size(&self) -> usize {
+        ITEM_OVERHEAD
+            + match self {
+                Item::Num(_) => 8,
+                Item::Str(s) => s.len(),
+            }
+    }
+}
+
+#[derive(Debug)]
+enum Stored {
+    Scalar(Scalar),
+    List(VecDeque<Item>),
+}
+
+#[derive(Debug)]
+struct Entry {
+    value: Stored,
+    flags: u32,
+    /// Nanoseconds on the dictionary's clock; 0 = never.
+    expires: u64,
+    /// What the entry counts against the capacity.
+    size: usize,
+}
+
+impl Entry {
+    fn expired(&self, now: u64) -> bool {
+        self.expires != 0 && self.expires <= now
+    }
+}
+
+fn scalar_size(key: &[u8], v: &Scalar) -> usize {
+    ENTRY_OVERHEAD
+        + key.len()
+        + match v {
+            Scalar::Bool(_) => 1,
+            Scalar::Num(_) => 8,
+            Scalar::Str(s) => s.len(),
+        }
+}
+
+/// Which store operation (`set`, `safe_set`, `add`, `safe_add`, `replace`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Set,
+    Add,
+    Replace,
+}
+
+/// What `get` found.
+#[derive(Debug, PartialEq)]
+pub enum Got {
+    Missing,
+    Value {
+        value: Scalar,
+        flags: u32,
+        stale: bool,
+    },
+    /// The key holds a list (`get` answers nil, "value is a list").
+    List,
+}
+
+/// How a write that may evict went: `forcible` is true if it evicted live entries.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub struct Written {
+    pub forcible: bool,
+}
+
+/// A write refused: the message ngx gives ("exists", "not found", "no memory", ...) and whether
+/// entries were evicted on the way.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub struct Refused {
+    pub err: &'static str,
+    pub forcible: bool,
+}
+
+fn refused(err: &'static str) -> Refused {
+    Refused {
+        err,
+        forcible: false,
+    }
+}
+
+type Map = LruCache<Box<[u8]>, Entry>;
+
+pub struct Dict {
+    shards: Box<[Mutex<Map>]>,
+    hasher: RandomState,
+    capacity: usize,
+    used: AtomicUsize,
+    /// Added to the monotonic clock: lets tests move a dictionary's time forward (`_advance`).
+    skew: AtomicU64,
+}
+
+/// Nanoseconds on the monotonic clock since the first call, at least 1 (0 means "never").
+fn monotonic_ns() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    start.elapsed().as_nanos().min(u64::MAX as u128 / 2) as u64 + 1
+}
+
+/// Converts a TTL in seconds into nanoseconds (0 = never; the caller checked it is not negative
+/// or NaN; infinity means never).
+pub fn ttl_ns(seconds: f64) -> u64 {
+    if seconds <= 0.0 || seconds.is_infinite() {
+        0
+    } else {
+        // at least 1 ns, so that a tiny positive TTL still expires
+        ((seconds * 1e9) as u64).clamp(1, u64::MAX / 4)
+    }
+}
+
+impl Dict {
+    /// A dictionary of `capacity` bytes in `shards` shards (both at least 1).
+    pub fn new(capacity: usize, shards: usize) -> Dict {
+        let shards = (0..shards.max(1))
+            .map(|_| Mutex::new(LruCache::unbounded()))
+            .collect();
+        Dict {
+            shards,
+            hasher: RandomState::new(),
+            capacity,
+            used: AtomicUsize::new(0),
+            skew: AtomicU64::new(0),
+        }
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// Bytes not taken by entries.
+    pub fn free_space(&self) -> usize {
+        self.capacity
+            .saturating_sub(self.used.load(Ordering::Relaxed))
+    }
+
+    /// Moves this dictionary's clock forward (tests of TTLs without waiting).
+    pub fn advance(&self, seconds: f64) {
+        self.skew.fetch_add(ttl_ns(seconds), Ordering::Relaxed);
+    }
+
+    pub fn now(&self) -> u64 {
+        monotonic_ns() + self.skew.load(Ordering::Relaxed)
+    }
+
+    fn deadline(&self, ttl: u64, now: u64) -> u64 {
+        if ttl == 0 {
+            0
+        } else {
+            now.saturating_add(ttl)
+        }
+    }
+
+    fn shard(&self, key: &[u8]) -> usize {
+        (self.hasher.hash_one(key) as usize) % self.shards.len()
+    }
+
+    fn try_reserve(&self, n: usize) -> bool {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |u| {
+                u.checked_add(n).filter(|&t| t <= self.capacity)
+            })
+            .is_ok()
+    }
+
+    fn release(&self, n: usize) {
+        self.used.fetch_sub(n, Ordering::AcqRel);
+    }
+
+    /// Removes up to two expired entries from the least recently used end (ngx does this on
+    /// every write and `get`, so that expired entries do not pile up).
+    fn expire_tail(&self, map: &mut Map, now: u64) {
+        for _ in 0..2 {
+            match map.peek_lru() {
+                Some((_, e)) if e.expired(now) => {
+                    if let Some((_, e)) = map.pop_lru() {
+                        self.release(e.size);
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Reserves `need` more bytes for a write into shard `own` (whose lock `map` is), evicting
+    /// least recently used entries unless `safe`. The entry being written must not be in `map`.
+    fn make_room(
+        &self,
+        own: usize,
+        map: &mut Map,
+        need: usize,
+        safe: bool,
+    ) -> Result<bool, Refused> {
+        if need > self.capacity {
+            return Err(refused("no memory"));
+        }
+        let mut forcible = false;
+        for _ in 0..=MAX_EVICTIONS {
+            if self.try_reserve(need) {
+                return Ok(forcible);
+            }
+            if safe || !self.evict_one(own, map) {
+                break;
+            }
+            forcible = true;
+        }
+        Err(Refused {
+            err: "no memory",
+            forcible,
+        })
+    }
+
+    /// Evicts the least recently used entry of shard `own`, or else of another shard whose lock
+    /// is free right now (never waiting for one while holding `own`'s: no deadlock).
+    fn evict_one(&self, own: usize, map: &mut Map) -> bool {
+        if let Some((_, e)) = map.pop_lru() {
+            self.release(e.size);
+            return true;
+        }
+        let n = self.shards.len();
+        for step in 1..n {
+            if let Some(mut other) = self.shards[(own + step) % n].try_lock() {
+                if let Some((_, e)) = other.pop_lru() {
+                    self.release(e.size);
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// `get` (`stale = false`) and `get_stale` (`stale = true`).
+    pub fn get(&self, key: &[u8], stale: bool) -> Got {
+        let now = self.now();
+        let mut map = self.shards[self.shard(key)].lock();
+        if !stale {
+            self.expire_tail(&mut map, now);
+        }
+        let Some(e) = map.get(key) else {
+            return Got::Missing;
+        };
+        let expired = e.expired(now);
+        if expired && !stale {
+            return Got::Missing;
+        }
+        match &e.value {
+            Stored::List(_) => Got::List,
+            Stored::Scalar(v) => Got::Value {
+                value: v.clone(),
+                flags: e.flags,
+                stale: expired,
+            },
+        }
+    }
+
+    /// `set`, `add`, `replace` and their `safe_` variants. `value` `None` deletes (only with
+    /// `Mode::Set`; the caller refuses nil for add and replace). `ttl` in nanoseconds, 0 = never.
+    pub fn store(
+        &self,
+        mode: Mode,
+        safe: bool,
+        key: &[u8],
+        value: Option<Scalar>,
+        ttl: u64,
+        flags: u32,
+    ) -> Result<Written, Refused> {
+        let now = self.now();
+        let own = self.shard(key);
+        let mut map = self.shards[own].lock();
+        self.expire_tail(&mut map, now);
+        let live = map.peek(key).map(|e| !e.expired(now));
+        match (mode, live) {
+            (Mode::Add, Some(true)) => return Err(refused("exists")),
+            (Mode::Replace, None | Some(false)) => return Err(refused("not found")),
+            _ => {}
+        }
+        let Some(value) = value else {
+            if let Some(old) = map.pop(key) {
+                self.release(old.size);
+            }
+            return Ok(Written { forcible: false });
+        };
+        let size = scalar_size(key, &value);
+        let entry = Entry {
+            value: Stored::Scalar(value),
+            flags,
+            expires: self.deadline(ttl, now),
+            size,
+        };
+        self.put(own, &mut map, key, entry, safe)
+    }
+
+    /// Puts `entry` under `key`, replacing what is there: the old entry's bytes are reused, more
+    /// are reserved (evicting unless `safe`); if there is no room the old entry stays.
+    fn put(
+        &self,
+        own: usize,
+        map: &mut Map,
+        key: &[u8],
+        entry: Entry,
+        safe: bool,
+    ) -> Result<Written, Refused> {
+        let old = map.pop_entry(key);
+        let old_size = old.as_ref().map_or(0, |(_, e)| e.size);
+        if entry.size <= old_size {
+            self.release(old_size - entry.size);
+            let k = old.map_or_else(|| Box::from(key), |(k, _)| k);
+            map.push(k, entry);
+            return Ok(Written { forcible: false });
+        }
+        match self.make_room(own, map, entry.size - old_size, safe) {
+            Ok(forcible) => {
+                let k = old.map_or_else(|| Box::from(key), |(k, _)| k);
+                map.push(k, entry);
+                Ok(Written { forcible })
+            }
+            Err(r) => {
+                if let Some((k, e)) = old {
+                    map.push(k, e);
+                }
+                Err(r)
+            }
+        }
+    }
+
+    /// `incr`: adds `delta` to the number under `key`. A missing (or expired) key is created with
+    /// `init + delta` and `init_ttl` if `init` is given, else "not found".
+    pub fn incr(
+        &self,
+        key: &[u8],
+        delta: Number,
+        init: Option<(Number, u64)>,
+    ) -> Result<(Number, Written), Refused> {
+        let now = self.now();
+        let own = self.shard(key);
+        let mut map = self.shards[own].lock();
+        self.expire_tail(&mut map, now);
+        if let Some(e) = map.get_mut(key).filter(|e| !e.expired(now)) {
+            return match &mut e.value {
+                Stored::Scalar(Scalar::Num(n)) => {
+                    *n = n.add(delta);
+                    Ok((*n, Written { forcible: false }))
+                }
+                _ => Err(refused("not a number")),
+            };
+        }
+        let Some((init, init_ttl)) = init else {
+            return Err(refused("not found"));
+        };
+        let n = init.add(delta);
+        let value = Scalar::Num(n);
+        let entry = Entry {
+            size: scalar_size(key, &value),
+            value: Stored::Scalar(value),
+            flags: 0,
+            expires: self.deadline(init_ttl, now),
+        };
+        self.put(own, &mut map, key, entry, false).map(|w| (n, w))
+    }
+
+    /// `lpush` (`front`) and `rpush`: returns the list's new length. A missing or expired key
+    /// becomes a new list without TTL; a live non-list is "value not a list".
+    pub fn push(&self, key: &[u8], item: Item, front: bool) -> Result<usize, Refused> {
+        let now = self.now();
+        let own = self.shard(key);
+        let mut map = self.shards[own].lock();
+        self.expire_tail(&mut map, now);
+        let (mut list, flags, expires, old_size) = match map.pop(key) {
+            Some(e) if e.expired(now) => {
+                self.release(e.size);
+                (VecDeque::new(), 0, 0, 0)
+            }
+            Some(Entry {
+                value: Stored::List(l),
+                flags,
+                expires,
+                size,
+            }) => (l, flags, expires, size),
+            Some(other) => {
+                map.push(Box::from(key), other);
+                return Err(refused("value not a list"));
+            }
+            None => (VecDeque::new(), 0, 0, 0),
+        };
+        let base = if old_size == 0 {
+            ENTRY_OVERHEAD + key.len()
+        } else {
+            0
+        };
+        let need = base + item.size();
+        let restore = |map: &mut Map, list: VecDeque<Item>| {
+            if old_size > 0 {
+                let e = Entry {
+                    value: Stored::List(list),
+                    flags,
+                    expires,
+                    size: old_size,
+                };
+                map.push(Box::from(key), e);
+            }
+        };
+        if let Err(r) = self.make_room(own, &mut map, need, false) {
+            restore(&mut map, list);
+            return Err(r);
+        }
+        if front {
+            list.push_front(item);
+        } else {
+            list.push_back(item);
+        }
+        let len = list.len();
+        let e = Entry {
+            value: Stored::List(list),
+            flags,
+            expires,
+            size: old_size + need,
+        };
+        map.push(Box::from(key), e);
+        Ok(len)
+    }
+
+    /// `lpop` (`front`) and `rpop`. An emptied list is removed.
+    pub fn pop(&self, key: &[u8], front: bool) -> Result<Option<Item>, Refused> {
+        let now = self.now();
+        let mut map = self.shards[self.shard(key)].lock();
+        self.expire_tail(&mut map, now);
+        let Some(e) = map.get_mut(key).filter(|e| !e.expired(now)) else {
+            return Ok(None);
+        };
+        let Stored::List(list) = &mut e.value else {
+            return Err(refused("value not a list"));
+        };
+        let item = if front {
+            list.pop_front()
+        } else {
+            list.pop_back()
+        };
+        let empty = list.is_empty();
+        if let Some(i) = &item {
+            e.size -= i.size();
+            self.release(i.size());
+        }
+        if empty {
+            if let Some(e) = map.pop(key) {
+                self.release(e.size);
+            }
+        }
+        Ok(item)
+    }
+
+    /// `llen`: 0 for a missing or expired key.
+    pub fn llen(&self, key: &[u8]) -> Result<usize, Refused> {
+        let now = self.now();
+        let mut map = self.shards[self.shard(key)].lock();
+        match map.get(key).filter(|e| !e.expired(now)) {
+            None => Ok(0),
+            Some(Entry {
+                value: Stored::List(l),
+                ..
+            }) => Ok(l.len()),
+            Some(_) => Err(refused("value not a list")),
+        }
+    }
+
+    /// `ttl`: nanoseconds left (0 = no expiry), `None` if the key is missing or expired.
+    pub fn ttl(&self, key: &[u8]) -> Option<u64> {
+        let now = self.now();
+        let map = self.shards[self.shard(key)].lock();
+        let e = map.peek(key).filter(|e| !e.expired(now))?;
+        Some(if e.expires == 0 { 0 } else { e.expires - now })
+    }
+
+    /// `expire`: gives a live key a new TTL (0 = never); false if it is missing or expired.
+    pub fn expire(&self, key: &[u8], ttl: u64) -> bool {
+        let now = self.now();
+        let mut map = self.shards[self.shard(key)].lock();
+        match map.peek_mut(key).filter(|e| !e.expired(now)) {
+            Some(e) => {
+                e.expires = self.deadline(ttl, now);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `flush_all`: every entry expires now (`get_stale` still sees them until they are removed).
+    pub fn flush_all(&self) {
+        let now = self.now();
+        for shard in self.shards.iter() {
+            for (_, e) in shard.lock().iter_mut() {
+                e.expires = now;
+            }
+        }
+    }
+
+    /// `flush_expired`: removes expired entries, at most `max` (0 = all); returns how many.
+    pub fn flush_expired(&self, max: usize) -> usize {
+        let now = self.now();
+        let mut freed = 0;
+        for shard in self.shards.iter() {
+            let mut map = shard.lock();
+            map.retain(|_, e| {
+                let remove = e.expired(now) && (max == 0 || freed < max);
+                if remove {
+                    freed += 1;
+                    self.release(e.size);
+                }
+                !remove
+            });
+            if max != 0 && freed >= max {
+                break;
+            }
+        }
+        freed
+    }
+
+    /// `get_keys`: live keys, at most `max` (0 = all), most recently used first within a shard.
+    pub fn keys(&self, max: usize) -> Vec<Box<[u8]>> {
+        let now = self.now();
+        let mut keys = Vec::new();
+        for shard in self.shards.iter() {
+            let map = shard.lock();
+            for (k, e) in map.iter() {
+                if max != 0 && keys.len() >= max {
+                    return keys;
+                }
+                if !e.expired(now) {
+                    keys.push(k.clone());
+                }
+            }
+        }
+        keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(x: &str) -> Scalar {
+        Scalar::Str(x.as_bytes().into())
+    }
+
+    fn got(d: &Dict, k: &str) -> Option<Scalar> {
+        match d.get(k.as_bytes(), false) {
+            Got::Value { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_set_value_is_read_back_with_its_flags() {
+        let d = Dict::new(1 << 20, 4);
+        d.store(Mode::Set, false, b"k", Some(s("v")), 0, 7).unwrap();
+        assert_eq!(
+            d.get(b"k", false),
+            Got::Value {
+                value: s("v"),
+                flags: 7,
+                stale: false
+            }
+        );
+    }
+
+    #[test]
+    fn expired_entries_are_stale_then_gone() {
+        let d = Dict::new(1 << 20, 1);
+        d.store(Mode::Set, false, b"k", Some(s("v")), ttl_ns(1.0), 0)
+            .unwrap();
+        d.advance(1.5);
+        assert!(matches!(d.get(b"k", true), Got::Value { stale: true, .. }));
+        assert_eq!(d.flush_expired(0), 1);
+        assert_eq!(d.get(b"k", true), Got::Missing);
+        assert_eq!(d.free_space(), d.capacity());
+        // a plain get removes expired entries it finds at the least recently used end
+        d.store(Mode::Set, false, b"k", Some(s("v")), ttl_ns(1.0), 0)
+            .unwrap();
+        d.advance(1.5);
+        assert_eq!(d.get(b"k", false), Got::Missing);
+        assert_eq!(d.get(b"k", true), Got::Missing);
+    }
+
+    #[test]
+    fn full_dictionaries_evict_the_least_recently_used_entry() {
+        let entry = scalar_size(b"k0", &s("0123456789"));
+        let d = Dict::new(entry * 3, 1);
+        for k in ["k0", "k1", "k2"] {
+            let w = d
+                .store(Mode::Set, false, k.as_bytes(), Some(s("0123456789")), 0, 0)
+                .unwrap();
+            assert!(!w.forcible);
+        }
+        assert!(got(&d, "k0").is_some()); // k1 is now the least recently used
+        let w = d
+            .store(Mode::Set, false, b"k3", Some(s("0123456789")), 0, 0)
+            .unwrap();
+        assert!(w.forcible);
+        assert!(got(&d, "k1").is_none());
+        assert!(got(&d, "k0").is_some() && got(&d, "k2").is_some() && got(&d, "k3").is_some());
+        assert_eq!(
+            d.store(Mode::Set, true, b"k4", Some(s("0123456789")), 0, 0),
+            Err(Refused {
+                err: "no memory",
+                forcible: false
+            })
+        );
+    }
+
+    #[test]
+    fn a_failed_write_keeps_the_old_value() {
+        let d = Dict::new(200, 1);
+        d.store(Mode::Set, false, b"k", Some(s("small")), 0, 0)
+            .unwrap();
+        let big = Scalar::Str(vec![b'x'; 300].into());
+        assert_eq!(
+            d.store(Mode::Set, false, b"k", Some(big), 0, 0)
+                .unwrap_err()
+                .err,
+            "no memory"
+        );
+        assert_eq!(got(&d, "k"), Some(s("small")));
+    }
+
+    #[test]
+    fn accounting_returns_to_zero_after_every_kind_of_removal() {
+        let d = Dict::new(1 << 16, 4);
+        for i in 0..50u32 {
+            let k = format!("k{i}");
+            d.store(Mode::Set, false, k.as_bytes(), Some(s("value")), 0, 0)
+                .unwrap();
+            d.push(format!("l{i}").as_bytes(), Item::Num(Number::Int(1)), true)
+                .unwrap();
+            d.incr(
+                format!("n{i}").as_bytes(),
+                Number::Int(1),
+                Some((Number::Int(0), 0)),
+            )
+            .unwrap();
+        }
+        for i in 0..50u32 {
+            d.store(Mode::Set, false, format!("k{i}").as_bytes(), None, 0, 0)
+                .unwrap();
+            assert!(d.pop(format!("l{i}").as_bytes(), false).unwrap().is_some());
+        }
+        d.flush_all();
+        d.flush_expired(0);
+        assert_eq!(d.free_space(), d.capacity());
+    }
+
+    #[test]
+    fn threads_evicting_from_each_others_shards_keep_the_accounting_exact() {
+        let d = std::sync::Arc::new(Dict::new(8192, 4));
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let d = d.clone();
+                std::thread::spawn(move || {
+                    for i in 0..3000u32 {
+                        let k = format!("t{t}-{}", i % 97);
+                        let v = Scalar::Str(vec![b'x'; (i % 300) as usize].into());
+                        let _ = d.store(Mode::Set, i % 5 == 0, k.as_bytes(), Some(v), 0, 0);
+                        let _ =
+                            d.push(b"shared-list", Item::Num(Number::Int(i as i64)), i % 2 == 0);
+                        if i % 3 == 0 {
+                            let _ = d.pop(b"shared-list", true);
+                        }
+                        assert!(d.free_space() <= d.capacity());
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let used: usize = d
+            .shards
+            .iter()
+            .map(|s| s.lock().iter().map(|(_, e)| e.size).sum::<usize>())
+            .sum();
+        assert_eq!(d.capacity() - d.free_space(), used);
+        d.flush_all();
+        d.flush_expired(0);
+        assert_eq!(d.free_space(), d.capacity());
+    }
+
+    #[test]
+    fn threads_hammering_the_same_keys_keep_counts_exact() {
+        let d = std::sync::Arc::new(Dict::new(1 << 20, 8));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let d = d.clone();
+                std::thread::spawn(move || {
+                    for i in 0..2000 {
+                        let k = format!("c{}", i % 10);
+                        d.incr(k.as_bytes(), Number::Int(1), Some((Number::Int(0), 0)))
+                            .unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let total: i64 = (0..10)
+            .map(|i| match got(&d, &format!("c{i}")) {
+                Some(Scalar::Num(Number::Int(n))) => n,
+                other => panic!("{other:?}"),
+            })
+            .sum();
+        assert_eq!(total, 8000);
+    }
+}
