@@ -6,7 +6,7 @@
 
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -108,12 +108,25 @@ fn hammer(threads: usize, calls_per_thread: usize, close_midway: bool) {
     );
     let seen = Arc::new(Seen::default());
     let started = Instant::now();
+    // With close_midway, no thread makes the second half of its calls before close() has begun:
+    // on a loaded machine the callers could otherwise all finish before this thread gets to
+    // close, and the race with close() would not be tested at all.
+    let closing = Arc::new(AtomicBool::new(false));
+    let halfway = Arc::new(AtomicUsize::new(0));
     let workers: Vec<_> = (0..threads)
         .map(|t| {
             let (p, seen) = (p.clone(), seen.clone());
+            let (closing, halfway) = (closing.clone(), halfway.clone());
             std::thread::spawn(move || {
                 let mut rng = 0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1);
-                for _ in 0..calls_per_thread {
+                for i in 0..calls_per_thread {
+                    if close_midway && i == calls_per_thread / 2 {
+                        halfway.fetch_add(1, Ordering::AcqRel);
+                        let deadline = Instant::now() + Duration::from_secs(20);
+                        while !closing.load(Ordering::Acquire) && Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_millis(1));
+                        }
+                    }
                     one_call(&p, &mut rng, &seen);
                 }
             })
@@ -122,10 +135,12 @@ fn hammer(threads: usize, calls_per_thread: usize, close_midway: bool) {
     if close_midway {
         // close while the others are still calling: nothing may hang or lose its outcome
         while seen.ok.load(Ordering::Relaxed) < (threads * calls_per_thread / 4) as u64
+            && halfway.load(Ordering::Acquire) < threads
             && started.elapsed() < Duration::from_secs(20)
         {
             std::thread::sleep(Duration::from_millis(1));
         }
+        closing.store(true, Ordering::Release);
         p.close();
     }
     for w in workers {
