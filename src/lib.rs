@@ -44,7 +44,6 @@ pub mod chunk;
 pub mod config;
 pub mod error;
 pub mod host;
-pub mod housekeeper;
 #[cfg(feature = "count-alloc")]
 pub mod leak;
 pub mod lua;
@@ -56,7 +55,6 @@ pub mod spin;
 pub mod state_heap;
 pub mod sys;
 pub mod value;
-pub mod worker;
 
 pub use error::{Error, Result};
 

@@ -1,7 +1,12 @@
-//! A worker: one OS thread that owns one child state for its whole life (mlua states are not
-//! `Send` in module mode, so a state is created, used and closed on the same thread). It runs the
-//! calls posted to its mailbox, and the queued calls the pool hands it, until it is told to exit.
+//! A worker: one OS thread that owns one child state for its whole life (a Lua state is not
+//! `Send`, so a state is created, used and closed on the same thread). It runs the calls posted
+//! to its mailbox, and the queued calls the pool hands it, until it is told to exit. It tells the
+//! pool what happened through four calls: `release` (a call ended, or the state is ready),
+//! `retire` (the state ends early), `replaced` and `worker_exited`; the ledger does the counting.
+//!
+//! [`Threads`] is the registry of the pool's worker threads, from start to join.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -9,12 +14,94 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use super::{Ended, Next, Pool, Retire};
 use crate::call::{Call, Outcome, ASSIGNED, RUNNING};
 use crate::child::Child;
 use crate::mailbox::{Letter, Mailbox};
-use crate::pool::{Ended, Next, Pool};
 use crate::spin::AdaptiveSpin;
 use crate::Error;
+
+/// The pool's worker threads: running ones, and exited ones until they are joined.
+#[derive(Default)]
+pub struct Threads {
+    /// Threads started, by id, until they exit.
+    running: HashMap<u64, JoinHandle<()>>,
+    /// Ids of threads that exited before their spawner stored their handle.
+    exited_early: HashSet<u64>,
+    /// Handles of threads that exited, for the idle check to join.
+    finished: Vec<JoinHandle<()>>,
+    next_id: u64,
+    /// Threads started (or starting) and not yet exited: `close` may join them all at 0.
+    alive: usize,
+    /// Threads started and not yet joined (`stats().threads`).
+    unjoined: usize,
+}
+
+impl Threads {
+    /// A thread is about to start: its id.
+    pub fn starting(&mut self) -> u64 {
+        self.alive += 1;
+        self.unjoined += 1;
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// The thread started: keeps its handle. True if it exited already (its handle then waits
+    /// to be joined).
+    pub fn started(&mut self, id: u64, handle: JoinHandle<()>) -> bool {
+        if self.exited_early.remove(&id) {
+            self.finished.push(handle);
+            true
+        } else {
+            self.running.insert(id, handle);
+            false
+        }
+    }
+
+    /// The thread could not start. True if no thread is alive any more.
+    pub fn not_started(&mut self) -> bool {
+        self.alive -= 1;
+        self.unjoined -= 1;
+        self.alive == 0
+    }
+
+    /// The thread's last act. True if no thread is alive any more.
+    pub fn exited(&mut self, id: u64) -> bool {
+        match self.running.remove(&id) {
+            Some(handle) => self.finished.push(handle),
+            // exited before its spawner stored the handle: `started` will move it
+            None => {
+                self.exited_early.insert(id);
+            }
+        }
+        self.alive -= 1;
+        self.alive == 0
+    }
+
+    pub fn running(&self) -> usize {
+        self.alive
+    }
+
+    pub fn unjoined(&self) -> usize {
+        self.unjoined
+    }
+
+    /// The handles of exited threads, to join outside the lock (then call `joined`).
+    pub fn take_finished(&mut self) -> Vec<JoinHandle<()>> {
+        std::mem::take(&mut self.finished)
+    }
+
+    /// Every handle, once no thread is alive (`close`).
+    pub fn take_all(&mut self) -> Vec<JoinHandle<()>> {
+        let mut all = self.take_finished();
+        all.extend(self.running.drain().map(|(_, h)| h));
+        all
+    }
+
+    pub fn joined(&mut self, n: usize) {
+        self.unjoined -= n;
+    }
+}
 
 /// How long an idle worker spins for its next call before parking, at most.
 const JOB_SPIN: Duration = Duration::from_micros(20);
@@ -103,7 +190,12 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
     let mut child = match Child::new(&pool.config) {
         Ok(c) => c,
         Err(e) => {
-            pool.worker_failed(core, first.is_some());
+            pool.retire(
+                core,
+                Retire::NotStarted {
+                    had_call: first.is_some(),
+                },
+            );
             if let Some(latch) = latch {
                 latch.fail(e.clone());
             }
@@ -116,17 +208,20 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         }
     };
     let mailbox = Arc::new(Mailbox::default());
+    let mut next = first;
     if let Some(latch) = latch {
-        let ready = pool.core_ready(&mailbox);
+        // a core state created at `new()`: it becomes idle (or exits if the pool closed)
+        let after = pool.release(&mailbox, core, Ended::Uncounted);
         latch.done();
-        if !ready {
-            return;
+        match after {
+            Next::Run(c) => next = Some(c),
+            Next::Idle => {}
+            Next::Exit => return,
         }
     }
     let spin = AdaptiveSpin::new(JOB_SPIN, true);
     let spread = crate::sys::available_cpus() > 1;
     let mut last_move: Option<Instant> = None;
-    let mut next = first;
     loop {
         let call = match next.take() {
             Some(call) => call,
@@ -148,7 +243,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         let ended = if runnable {
             Ended::of(&outcome)
         } else {
-            Ended::Skipped
+            Ended::Uncounted
         };
         #[cfg(feature = "count-alloc")]
         if runnable && crate::leak::after_call(&call) == crate::leak::Leak::State {
@@ -163,11 +258,11 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
             match Child::new(&pool.config) {
                 Ok(c) => {
                     child = c;
-                    pool.state_replaced();
+                    pool.replaced();
                 }
                 Err(_) => {
                     // cannot rebuild: the pool stays one state smaller
-                    pool.worker_lost(core, ended);
+                    pool.retire(core, Retire::Lost(ended));
                     call.finish(outcome);
                     return;
                 }

@@ -1,0 +1,367 @@
+//! The pool: its front ([`Pool`]: new, submit, cancel, collect, close, stats) over three parts
+//! with one job each:
+//!
+//! - [`ledger`]: the counts (which states exist, which are idle, which calls wait, the counters of
+//!   `stats()`) and the only code that changes them;
+//! - [`worker`]: the thread that owns one state, and the registry of those threads;
+//! - [`housekeeper`]: the idle check (acquire timeouts, idle non-core states, joining threads).
+//!
+//! Everything is guarded by one mutex, held only for a few instructions per call (reserve on
+//! submit, release when a worker finishes); Lua code never runs under it. What the ledger decides
+//! under the lock (post this call, start that worker, tell these states to exit, wake the idle
+//! check) is carried out after the lock is released.
+
+pub mod housekeeper;
+pub mod ledger;
+pub mod worker;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use crate::call::{Call, Outcome};
+use crate::chunk::Registry;
+use crate::config::Config;
+use crate::mailbox::Mailbox;
+use crate::Error;
+use housekeeper::Housekeeper;
+pub use ledger::{Ended, Next, Retire, Stats};
+use ledger::{Ledger, Reserved};
+use worker::Threads;
+
+/// What the pool's mutex guards.
+struct Inner {
+    ledger: Ledger,
+    threads: Threads,
+    housekeeper: Housekeeper,
+}
+
+pub struct Pool {
+    pub config: Config,
+    inner: Mutex<Inner>,
+    /// Wakes the housekeeper (new deadline, exited worker, close).
+    wake_housekeeper: Condvar,
+    /// Signalled when the last worker thread exits.
+    all_exited: Condvar,
+    pub chunks: Mutex<Registry>,
+    /// Moves whenever `chunks` changes, so states know to drop versions no longer registered.
+    pub chunk_epoch: AtomicU64,
+    fork_generation: u64,
+    pid: u32,
+    /// The CPU the host thread last waited on a result from (see `sys::move_off_cpu`); only
+    /// kept when this process may use several CPUs.
+    pub host_cpu: std::sync::atomic::AtomicI32,
+    several_cpus: bool,
+    /// Created on the first `fut:pollfd()`.
+    poll: Mutex<Option<Arc<crate::notify::PollSignal>>>,
+    /// Finished calls given back by dropped futures, for the host to reuse (no allocation per
+    /// call in the steady state).
+    spare_calls: Mutex<Vec<Arc<Call>>>,
+}
+
+/// Most calls kept in `spare_calls`.
+const MAX_SPARE_CALLS: usize = 1024;
+
+impl Pool {
+    /// Creates the pool and its core states; fails (leaving nothing running) if a state cannot
+    /// be created or `init` fails.
+    pub fn new(config: Config) -> Result<Arc<Pool>, Error> {
+        let core = config.core;
+        let pool = Arc::new(Pool {
+            inner: Mutex::new(Inner {
+                ledger: Ledger::new(&config),
+                threads: Threads::default(),
+                housekeeper: Housekeeper::default(),
+            }),
+            config,
+            wake_housekeeper: Condvar::new(),
+            all_exited: Condvar::new(),
+            chunks: Mutex::new(Registry::default()),
+            chunk_epoch: AtomicU64::new(0),
+            fork_generation: crate::sys::fork_generation(),
+            pid: crate::sys::pid(),
+            poll: Mutex::new(None),
+            host_cpu: std::sync::atomic::AtomicI32::new(-1),
+            several_cpus: crate::sys::available_cpus() > 1,
+            spare_calls: Mutex::new(Vec::new()),
+        });
+        housekeeper::start(&pool)?;
+
+        let latch = Arc::new(worker::Latch::new(core));
+        let mut spawn_error = None;
+        for _ in 0..core {
+            pool.inner.lock().ledger.open(true);
+            if let Err(e) = pool.spawn_worker(true, None, Some(latch.clone())) {
+                spawn_error = Some(e);
+                break;
+            }
+        }
+        let result = match spawn_error {
+            Some(e) => Err(e),
+            None => latch.wait(),
+        };
+        if let Err(e) = result {
+            pool.close();
+            return Err(e);
+        }
+        Ok(pool)
+    }
+
+    /// Records the CPU of a host thread about to wait for a result.
+    #[inline]
+    pub fn note_host_cpu(&self) {
+        if self.several_cpus {
+            self.host_cpu.store(
+                crate::sys::current_cpu(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// Keeps a finished call nobody else holds, for reuse.
+    pub fn give_back_call(&self, mut call: Arc<Call>) {
+        if let Some(c) = Arc::get_mut(&mut call) {
+            let mut spare = self.spare_calls.lock();
+            if spare.len() < MAX_SPARE_CALLS {
+                c.reset();
+                spare.push(call);
+            }
+        }
+    }
+
+    /// Frees the spare calls (`pool:collect()`).
+    pub fn drop_spare_calls(&self) {
+        self.spare_calls.lock().clear();
+    }
+
+    /// Moves up to 64 spare calls into `out`.
+    pub fn take_spare_calls(&self, out: &mut Vec<Arc<Call>>) {
+        let mut spare = self.spare_calls.lock();
+        let n = spare.len().min(64);
+        let from = spare.len() - n;
+        out.extend(spare.drain(from..));
+    }
+
+    /// The pool's poll descriptor for foreign event loops (created on first use).
+    pub fn poll_signal(&self) -> std::io::Result<Arc<crate::notify::PollSignal>> {
+        let mut p = self.poll.lock();
+        if let Some(s) = p.as_ref() {
+            return Ok(s.clone());
+        }
+        let s = crate::notify::PollSignal::new()?;
+        *p = Some(s.clone());
+        Ok(s)
+    }
+
+    /// Checks the pool may be used from this process.
+    #[inline]
+    pub fn check_process(&self) -> Result<(), Error> {
+        if crate::sys::fork_generation() != self.fork_generation {
+            return Err(Error::WrongProcess { pid: self.pid });
+        }
+        Ok(())
+    }
+
+    /// Starts the worker of a state the ledger has opened (busy, for `first` if given). A thread
+    /// that cannot start retires the state and fails `first` (and the latch) with the error.
+    fn spawn_worker(
+        self: &Arc<Pool>,
+        core: bool,
+        first: Option<Arc<Call>>,
+        latch: Option<Arc<worker::Latch>>,
+    ) -> Result<(), Error> {
+        let id = self.inner.lock().threads.starting();
+        // outside the lock: starting a thread takes tens of microseconds
+        let spawned = worker::spawn(self.clone(), id, core, first.clone(), latch.clone());
+        let mut g = self.inner.lock();
+        match spawned {
+            Ok(handle) => {
+                if g.threads.started(id, handle) {
+                    // it exited already: its thread waits to be joined
+                    self.wake_housekeeper.notify_one();
+                }
+                Ok(())
+            }
+            Err(e) => {
+                let err = Error::Spawn(format!("cannot start a worker thread: {e}"));
+                g.ledger.retire(
+                    core,
+                    Retire::NotStarted {
+                        had_call: first.is_some(),
+                    },
+                );
+                if g.threads.not_started() {
+                    self.all_exited.notify_all();
+                }
+                drop(g);
+                if let Some(latch) = latch {
+                    latch.fail(err.clone());
+                }
+                if let Some(call) = first {
+                    call.finish(Outcome::Err(err.clone()));
+                }
+                Err(err)
+            }
+        }
+    }
+
+    /// Reserves a state for `call` (or queues or refuses it). On `Ok` the call will end with
+    /// exactly one outcome, delivered through [`Call::finish`].
+    pub fn submit(self: &Arc<Pool>, call: Arc<Call>) -> Result<(), Error> {
+        self.submit_later(call).map(drop)
+    }
+
+    /// Like [`Pool::submit`], but a call that got an idle state comes back as a [`Posting`] that
+    /// wakes the state's worker when dropped. Submitting several calls, keep the postings until
+    /// all are filed: a worker woken by the first call would otherwise run it and go back to
+    /// sleep (often on the submitter's CPU, preempting it) before the next one is queued.
+    pub fn submit_later(self: &Arc<Pool>, call: Arc<Call>) -> Result<Option<Posting>, Error> {
+        let mut g = self.inner.lock();
+        match g.ledger.reserve(&call)? {
+            Reserved::Idle(mailbox) => {
+                drop(g);
+                Ok(Some(Posting {
+                    mailbox,
+                    call: Some(call),
+                }))
+            }
+            Reserved::Start { core } => {
+                drop(g);
+                let _ = self.spawn_worker(core, Some(call), None);
+                Ok(None)
+            }
+            Reserved::Queued { first_deadline } => {
+                if let Some(d) = first_deadline {
+                    self.wake_housekeeper_by(&mut g, d);
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Cancels a call that has not started. True if it was cancelled (it will never run).
+    pub fn cancel(&self, call: &Call) -> bool {
+        let cancelled = self.inner.lock().ledger.cancel(call);
+        if cancelled {
+            call.finish(Outcome::Err(Error::Cancelled));
+        }
+        cancelled
+    }
+
+    /// A worker finished (or skipped) a call, or its state became ready: the ledger counts it
+    /// and says what the worker does next.
+    pub fn release(&self, me: &Arc<Mailbox>, core: bool, ended: Ended) -> Next {
+        let mut g = self.inner.lock();
+        let (next, due) = g.ledger.release(me, core, ended, Instant::now());
+        if let Some(due) = due {
+            self.wake_housekeeper_by(&mut g, due);
+        }
+        next
+    }
+
+    /// A busy state ends (see [`Retire`]); a lost state's successor, if the ledger opened one
+    /// for a queued call, is started here.
+    pub fn retire(self: &Arc<Pool>, core: bool, why: Retire) {
+        let next = self.inner.lock().ledger.retire(core, why);
+        if let Some(call) = next {
+            let _ = self.spawn_worker(core, Some(call), None);
+        }
+    }
+
+    /// A worker replaced its state (after a limit was hit).
+    pub fn replaced(&self) {
+        self.inner.lock().ledger.replaced();
+    }
+
+    /// Called by a worker thread as its last act.
+    pub fn worker_exited(&self, id: u64) {
+        let mut g = self.inner.lock();
+        if g.threads.exited(id) {
+            self.all_exited.notify_all();
+        }
+        self.wake_housekeeper.notify_one();
+    }
+
+    pub fn stats(&self) -> Stats {
+        let g = self.inner.lock();
+        let mut s = g.ledger.stats();
+        s.threads = g.threads.unjoined();
+        s
+    }
+
+    /// Reserves every idle state for a garbage collection and posts it (`pool:collect()`);
+    /// returns the calls to wait for. States busy with a call are left alone; nothing is
+    /// counted.
+    pub fn collect_idle(&self) -> Vec<Arc<Call>> {
+        let idle = self.inner.lock().ledger.reserve_idle();
+        idle.into_iter()
+            .map(|mailbox| {
+                let call = Arc::new(Call::collect());
+                mailbox.post(call.clone());
+                call
+            })
+            .collect()
+    }
+
+    /// Closes the pool: queued calls fail with "pool is closed", running calls finish, then every
+    /// state is closed and every thread joined. Idempotent. After a `fork` it does nothing: the
+    /// pool's threads do not exist in this process, and its locks may have been copied while one
+    /// of them held them (nothing here would ever unlock them).
+    pub fn close(&self) {
+        if self.check_process().is_err() {
+            return;
+        }
+        let mut g = self.inner.lock();
+        let Some(ledger::Closing { queued, idle }) = g.ledger.close() else {
+            self.join_all(g);
+            return;
+        };
+        for mb in idle {
+            mb.request_exit();
+        }
+        self.wake_housekeeper.notify_all();
+        drop(g);
+        for call in queued {
+            call.finish(Outcome::Err(Error::Closed));
+        }
+        self.join_all(self.inner.lock());
+    }
+
+    fn join_all(&self, mut g: MutexGuard<'_, Inner>) {
+        while g.threads.running() > 0 {
+            self.all_exited.wait(&mut g);
+        }
+        let handles: Vec<JoinHandle<()>> = g.threads.take_all();
+        let hk = g.housekeeper.take_thread();
+        self.wake_housekeeper.notify_all();
+        drop(g);
+        let joined = handles.len();
+        for h in handles {
+            let _ = h.join();
+        }
+        self.inner.lock().threads.joined(joined);
+        if let Some(h) = hk {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// A call reserved to an idle state by [`Pool::submit_later`]: dropping it posts the call to the
+/// state's worker (so a reservation can never be lost).
+pub struct Posting {
+    mailbox: Arc<Mailbox>,
+    call: Option<Arc<Call>>,
+}
+
+impl Drop for Posting {
+    fn drop(&mut self) {
+        if let Some(call) = self.call.take() {
+            self.mailbox.post(call);
+        }
+    }
+}
