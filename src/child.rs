@@ -409,35 +409,13 @@ end
             self.func_in_slot.clear();
             self.func_in_slot.extend_from_slice(&self.func);
         }
+        // Decoding the arguments allocates, which can hit the memory limit or run a finalizer
+        // the chunk left behind that raises: it runs inside the trampoline's protected call.
         let mut ctx = RunCtx::new(Step::Call, buf, chunk.id as i64);
-        let rc = if self.memory_limit.is_none() {
-            // Finding the function (raw gets) cannot raise, and pushing the arguments can only
-            // raise "not enough memory" without a memory limit, which ends the process anyway:
-            // call the function directly.
-            match find_function(st, CHUNKS, ctx.chunk_id, FUNC_NAME) {
-                Err(global) => {
-                    ctx.failure = Failure::NoFunction { global };
-                    0
-                }
-                Ok(()) => {
-                    // SAFETY: `buf` is the call's argument buffer, alive and unchanged here.
-                    let args = unsafe { std::slice::from_raw_parts(ctx.args, ctx.args_len) };
-                    match value::push_values(st, args) {
-                        Ok(nargs) => st.pcall(nargs, ffi::LUA_MULTRET, MSGH),
-                        Err(c) => {
-                            ctx.failure = Failure::Corrupt(c.0);
-                            0
-                        }
-                    }
-                }
-            }
-        } else {
-            // with a memory limit, decoding the arguments may hit it: do it in protected mode
-            st.push_value(TRAMPOLINE);
-            st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
-            st.push_value(FUNC_NAME);
-            st.pcall(2, ffi::LUA_MULTRET, MSGH)
-        };
+        st.push_value(TRAMPOLINE);
+        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+        st.push_value(FUNC_NAME);
+        let rc = st.pcall(2, ffi::LUA_MULTRET, MSGH);
         if rc != 0 {
             let failed = self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
                 chunk: chunk.name.clone(),

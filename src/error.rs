@@ -58,8 +58,32 @@ pub enum Error {
     WrongProcess { pid: u32 },
     /// A state or thread could not be created.
     Spawn(String),
+    /// The host's own Lua state raised an error while vmpool worked in it: it ran out of memory
+    /// (`message` is `None`), or a `__gc` finalizer that ran meanwhile raised `message`.
+    Host {
+        doing: String,
+        message: Option<String>,
+    },
     /// Anything else that should not happen.
     Internal(String),
+}
+
+/// A Lua number as Lua's `tostring` shows a float (`%.14g`: `1e+300`, `nan`, `inf`, `0.5`), for
+/// messages that quote a number the user gave.
+pub fn lua_number(n: f64) -> String {
+    let mut buf = [0u8; 64];
+    // SAFETY: snprintf writes at most `buf.len()` bytes (NUL included) into the buffer we own;
+    // the format takes exactly one double.
+    let len = unsafe {
+        libc::snprintf(
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+            c"%.14g".as_ptr(),
+            n,
+        )
+    };
+    let len = (len.max(0) as usize).min(buf.len() - 1);
+    String::from_utf8_lossy(&buf[..len]).into_owned()
 }
 
 impl fmt::Display for Error {
@@ -121,6 +145,14 @@ impl fmt::Display for Error {
                 "vmpool: pool was created in another process (pid {pid}); create pools in the process that uses them (in OpenResty: in init_worker_by_lua or lazily, not in init_by_lua)"
             ),
             Error::Spawn(m) => write!(f, "vmpool: cannot create a pool state: {m}"),
+            Error::Host { doing, message: None } => write!(
+                f,
+                "vmpool: not enough memory in the host Lua state while {doing} (free memory in the host or pass smaller values)"
+            ),
+            Error::Host { doing, message: Some(m) } => write!(
+                f,
+                "vmpool: a Lua error was raised in the host while {doing}: {m} (a __gc finalizer that ran meanwhile raised it; finalizers must not raise errors)"
+            ),
             Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
         }
     }

@@ -356,6 +356,37 @@ impl State {
         unsafe { ffi::lua_pcall(self.0, nargs, nresults, msgh) }
     }
 
+    /// Runs `f` inside a protected call, so that a Lua error it raises (running out of memory, or
+    /// a `__gc` finalizer that raises while `f` allocates) becomes an `Err` instead of jumping over
+    /// the Rust frames of the caller. This is how host code does everything that may raise: with
+    /// no lock held and no Rust value with a destructor alive in `f` (Lua jumps out of `f` when it
+    /// raises, skipping its frames).
+    ///
+    /// The top `nargs` values are moved into the protected call, where `f` sees them as slots
+    /// `1..=nargs` of its own frame; whatever `f` returns a count of stays on the stack.
+    /// `runner` is the stack index (usually an upvalue) of [`PROTECTED_RUNNER`]: pushing a copy
+    /// of an existing function cannot allocate, while creating a C closure can on Lua 5.1 and
+    /// LuaJIT. Needs two free stack slots (a C function starts with `LUA_MINSTACK` = 20).
+    ///
+    /// Returns the number of values `f` left, or the Lua status code with the error value on top.
+    pub fn protect(
+        self,
+        runner: c_int,
+        nargs: c_int,
+        f: &mut dyn FnMut(State) -> c_int,
+    ) -> Result<c_int, c_int> {
+        let base = self.top() - nargs;
+        self.push_value(runner);
+        self.insert(base + 1);
+        let mut f: &mut dyn FnMut(State) -> c_int = f;
+        self.push_light_userdata(&mut f as *mut &mut dyn FnMut(State) -> c_int as *mut c_void);
+        self.insert(base + 2);
+        match self.pcall(nargs + 1, ffi::LUA_MULTRET, 0) {
+            0 => Ok(self.top() - base),
+            rc => Err(rc),
+        }
+    }
+
     /// Compiles `source` as a text chunk named `chunkname` and pushes the function, or the error
     /// message. Binary chunks are refused: only the pool produces bytecode.
     pub fn load_text(self, source: &[u8], chunkname: &str) -> c_int {
@@ -454,6 +485,24 @@ pub fn type_name(t: c_int) -> &'static str {
     }
 }
 
+/// The C function [`State::protect`] calls under `lua_pcall`: it runs the Rust closure whose
+/// address is its first argument on the remaining arguments.
+pub const PROTECTED_RUNNER: ffi::lua_CFunction = c_function(protected_runner);
+unsafe extern "C-unwind" fn protected_runner(l: *mut lua_State) -> isize {
+    // SAFETY: Lua calls this with its own live state, on the thread of the `protect` call that
+    // pushed it.
+    let st = unsafe { State::from_raw(l) };
+    let p = st.to_userdata(1) as *mut &mut dyn FnMut(State) -> c_int;
+    if p.is_null() {
+        return 0;
+    }
+    st.remove(1);
+    // SAFETY: `protect` passed the address of a closure reference that lives on its frame for
+    // the whole protected call; only `protect` pushes this function with such an argument.
+    let f = unsafe { &mut *p };
+    f(st) as isize
+}
+
 /// A Lua C function that returns its result count in the whole of RAX.
 ///
 /// LuaJIT's x64 interpreter uses the full 64-bit register after calling a C function, while the
@@ -492,6 +541,10 @@ macro_rules! lua_function {
 
 /// The body of every host-facing C function: run `f`, turn a Rust panic into an error, and raise
 /// errors as plain strings (mlua's userdata errors would force users to `tostring` them).
+///
+/// `f` must not raise Lua errors itself: on LuaJIT they are foreign exceptions, and
+/// `catch_unwind` aborts the process when one reaches it. Whatever may raise runs through
+/// [`State::protect`] (`host::protect::protected`).
 pub fn run_protected(state: State, f: fn(State) -> Result<c_int, crate::Error>) -> c_int {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(state)));
     let msg = match outcome {
@@ -506,7 +559,17 @@ pub fn run_protected(state: State, f: fn(State) -> Result<c_int, crate::Error>) 
             format!("vmpool: internal error (please report it): {what}")
         }
     };
-    state.push_str(&msg);
+    // Pushing the message allocates: protected where the function has the runner (every host
+    // function does). If even that fails, the error it raised (out of memory) is raised instead.
+    let runner = crate::host::userdata::UV_PROTECT;
+    if state.type_of(runner) == TFUNCTION {
+        let _ = state.protect(runner, 0, &mut |st| {
+            st.push_str(&msg);
+            1
+        });
+    } else {
+        state.push_str(&msg);
+    }
     drop(msg);
     // SAFETY: every Rust value of this frame has been dropped; the caller frame is Lua's.
     unsafe { state.error() }

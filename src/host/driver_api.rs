@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::call::{deadline_after, Call};
 use crate::host::call_cache::CallCache;
 use crate::host::pool_api::{push_outcome, PoolHandle};
+use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged, UV_DRIVER};
 use crate::lua::{State, TNUMBER, TTABLE};
 use crate::notify::{Notifier, Subscriber};
@@ -48,7 +49,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
         cache: CallCache::default(),
         tokens: Vec::new(),
     };
-    userdata::push(st, h, UV_DRIVER);
+    userdata::push(st, h, UV_DRIVER)?;
     Ok(1)
 }
 
@@ -125,15 +126,21 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     } else {
         None
     };
-    let mut tokens = std::mem::take(&mut d.tokens);
-    d.notifier.wait(deadline, &mut tokens);
-    for (i, t) in tokens.iter().enumerate() {
-        st.push_integer(*t as i64);
-        st.raw_seti(2, i as i64 + 1);
+    // tokens a failed write left behind are handed out before sleeping again
+    if d.tokens.is_empty() {
+        d.notifier.wait(deadline, &mut d.tokens);
     }
-    let n = tokens.len();
-    tokens.clear();
-    d.tokens = tokens;
+    let tokens = &d.tokens;
+    st.set_top(2);
+    protected(st, 1, || "collecting finished calls".into(), &mut |st| {
+        for (i, t) in tokens.iter().enumerate() {
+            st.push_integer(*t as i64);
+            st.raw_seti(1, i as i64 + 1);
+        }
+        0
+    })?;
+    let n = d.tokens.len();
+    d.tokens.clear();
     st.push_integer(n as i64);
     Ok(1)
 }

@@ -11,6 +11,7 @@ pub mod future_api;
 pub mod notifier_api;
 pub mod options;
 pub mod pool_api;
+pub mod protect;
 pub mod userdata;
 
 use std::ffi::c_int;
@@ -106,7 +107,8 @@ pub fn open(st: State) -> Result<c_int, Error> {
         ));
     }
     st.set_top(0);
-    // slots 1..4: the metatables every function closes over (see userdata.rs)
+    // slots 1..4: the metatables every function closes over, 5: the protected-call runner (see
+    // userdata.rs)
     for name in [
         "vmpool.pool",
         "vmpool.future",
@@ -117,7 +119,8 @@ pub fn open(st: State) -> Result<c_int, Error> {
         st.push_str(name);
         st.raw_set_str(-2, "__name");
     }
-    let native = 5;
+    st.push_cclosure(crate::lua::PROTECTED_RUNNER, 0);
+    let native = 6;
     st.create_table(0, 8);
     let types: [(&str, c_int, Methods, Methods); 4] = [
         ("pool_methods", 1, POOL_METHODS, POOL_META),
@@ -159,7 +162,8 @@ pub fn open(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-/// Sets each function as a closure over the three metatables into the table on top.
+/// Sets each function as a closure over the module's upvalues (slots 1..=NUM_UPVALUES) into the
+/// table on top.
 fn set_closures(st: State, fns: Methods) {
     for &(name, f) in fns {
         for mt in 1..=userdata::NUM_UPVALUES {

@@ -5,6 +5,7 @@ use std::ffi::c_int;
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::host::protect::protected;
 use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
 use crate::Error;
 
@@ -39,8 +40,18 @@ pub fn parse(st: State, idx: c_int) -> Result<Config, Error> {
             "options core = 0 and max_noncore = 0 leave the pool without any state: it needs at least one state (set core >= 1 or max_noncore >= 1)".into(),
         ));
     }
-    read_package_paths(st, &mut cfg);
+    read_package_paths(st, &mut cfg)?;
     Ok(cfg)
+}
+
+/// Pushes `t[name]` (raw) and returns its type. Making the key string allocates: protected.
+fn get_field(st: State, t: c_int, name: &str) -> Result<c_int, Error> {
+    st.push_value(t);
+    protected(st, 1, || "reading the options".into(), &mut |st| {
+        st.raw_get_str(1, name);
+        1
+    })?;
+    Ok(st.type_of(-1))
 }
 
 fn read_table(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
@@ -49,7 +60,7 @@ fn read_table(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
     st.set_top(top);
     result?;
     let jit_given = {
-        let ty = st.raw_get_str(t, "jit");
+        let ty = get_field(st, t, "jit")?;
         st.pop(1);
         ty != TNIL
     };
@@ -188,19 +199,25 @@ impl Field<'_> {
 
 /// Children get the host's `package.path` and `package.cpath`, so `require` in `init` finds what
 /// the host finds.
-fn read_package_paths(st: State, cfg: &mut Config) {
+fn read_package_paths(st: State, cfg: &mut Config) -> Result<(), Error> {
     let top = st.top();
-    if st.check_stack(3) {
+    let result = (|| {
+        if !st.check_stack(3) {
+            return Ok(());
+        }
         st.push_globals();
-        if st.raw_get_str(-1, "package") == TTABLE {
-            if st.raw_get_str(-1, "path") == TSTRING {
+        if get_field(st, -1, "package")? == TTABLE {
+            let package = st.top();
+            if get_field(st, package, "path")? == TSTRING {
                 cfg.package_path = st.to_bytes(-1).map(|b| b.to_vec());
             }
             st.pop(1);
-            if st.raw_get_str(-1, "cpath") == TSTRING {
+            if get_field(st, package, "cpath")? == TSTRING {
                 cfg.package_cpath = st.to_bytes(-1).map(|b| b.to_vec());
             }
         }
-    }
+        Ok(())
+    })();
     st.set_top(top);
+    result
 }
