@@ -3,13 +3,16 @@
 //!
 //! Stack layout at rest (the state's main thread): slot 1 the message handler (adds a traceback),
 //! slot 2 the call trampoline (a C closure over slot 3), slot 3 the table of loaded chunks
-//! (`chunk id -> table the chunk returned | false`), slot 4 the last function name. A call pushes
+//! (`chunk id -> table the chunk returned | false`, `-id -> the chunk's environment`, `0 -> the
+//! environments' shared metatable`), slot 4 the last function name. A call pushes
 //! the trampoline, a pointer to its [`RunCtx`] and the function name, and runs it under
 //! `lua_pcall`, so every Lua error (including running out of memory while decoding the arguments)
 //! lands in one place.
 
 use std::cell::Cell;
+use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_void};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -39,8 +42,8 @@ pub struct Child {
     /// Owns the state; dropping it closes the state.
     lua: mlua::Lua,
     st: State,
-    /// Ids of the chunks this state has loaded.
-    loaded: Vec<u64>,
+    /// The chunk versions this state has loaded.
+    loaded: LoadedChunks,
     chunk_epoch: u64,
     /// Whether the limit hook is installed.
     hooked: bool,
@@ -72,6 +75,32 @@ thread_local! {
     static LIMITS: Cell<*const Limits> = const { Cell::new(std::ptr::null()) };
 }
 
+/// The chunk versions a state has loaded (a set: a state may hold thousands, and every call asks),
+/// and how far it has read the registry's log of removed versions.
+#[derive(Default)]
+struct LoadedChunks {
+    ids: HashSet<u64, BuildHasherDefault<IdHasher>>,
+    removals_seen: u64,
+}
+
+/// Chunk ids are consecutive integers: one multiplication spreads them well enough.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// Passed to the trampoline through a light userdata; plain data only, since a Lua error may jump
 /// over the frames that use it.
 struct RunCtx {
@@ -91,8 +120,9 @@ enum Step {
     Call,
     /// Push the function name (`args` holds it) and return it.
     PushName,
-    /// Keep the value passed (what a chunk's top level returned) as loaded chunk `chunk_id`.
-    Store,
+    /// Run the chunk function passed in an environment of its own and keep what its top level
+    /// returned, and the environment, as loaded chunk `chunk_id`.
+    Load,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -139,7 +169,7 @@ impl Child {
         let mut child = Child {
             lua,
             st,
-            loaded: Vec::new(),
+            loaded: LoadedChunks::default(),
             chunk_epoch: u64::MAX,
             hooked: false,
             limits: Box::new(Limits {
@@ -285,8 +315,14 @@ end
         let (outcome, replace) = match chunk {
             Some(chunk) => {
                 self.arm(call);
-                let result = match self.ensure_loaded(&chunk) {
-                    Ok(()) => self.call(&chunk, &mut buf),
+                let result = match self.ensure_loaded(pool, &chunk) {
+                    Ok(kept) => {
+                        let result = self.call(&chunk, &mut buf);
+                        if !kept {
+                            forget_chunk(self.st, chunk.id);
+                        }
+                        result
+                    }
                     Err(failed) => failed,
                 };
                 // The hook stops a coroutine that runs too long, but the function that resumed
@@ -332,58 +368,65 @@ end
         self.limits.interrupt.set(std::ptr::null());
     }
 
-    fn ensure_loaded(&mut self, chunk: &Chunk) -> Result<(), (Outcome, bool)> {
-        // a state has loaded few chunks: a scan beats asking Lua
-        if self.loaded.contains(&chunk.id) {
-            return Ok(());
+    /// Loads `chunk` unless this state has it. Returns whether the state keeps it: a version
+    /// already replaced when it is first loaded (its call was submitted before the recompile)
+    /// runs once and is forgotten, since the log of removals has gone past it.
+    fn ensure_loaded(&mut self, pool: &Pool, chunk: &Chunk) -> Result<bool, (Outcome, bool)> {
+        if self.loaded.ids.contains(&chunk.id) {
+            return Ok(true);
         }
         let st = self.st;
-        let id = chunk.id as i64;
-        let failed = |child: &Self, rc| {
-            let f = child.failure(rc, &chunk.name, "(top level)", |message| Error::ChunkLoad {
+        let rc = st.load_binary(&chunk.bytecode, &chunk.name);
+        let rc = if rc == 0 {
+            // running the top level and keeping what it made allocates: protected (see `Step`)
+            let mut ctx = RunCtx::new(Step::Load, &[], chunk.id as i64);
+            st.push_value(TRAMPOLINE);
+            st.insert(-2);
+            st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+            st.insert(-2);
+            st.pcall(2, 0, MSGH)
+        } else {
+            rc
+        };
+        if rc != 0 {
+            let f = self.failure(rc, &chunk.name, "(top level)", |message| Error::ChunkLoad {
                 chunk: chunk.name.clone(),
                 message,
             });
             st.set_top(BASE);
-            Err(f)
-        };
-        let rc = st.load_binary(&chunk.bytecode, &chunk.name);
-        let rc = if rc == 0 { st.pcall(0, 1, MSGH) } else { rc };
-        if rc != 0 {
-            return failed(self, rc);
+            return Err(f);
         }
-        if st.type_of(-1) != TTABLE {
-            st.pop(1);
-            st.push_bool(false);
+        let kept = pool.chunks.lock().contains_id(chunk.id);
+        if kept {
+            self.loaded.ids.insert(chunk.id);
         }
-        // storing it may grow the table of chunks: protected (see `Step`)
-        let mut ctx = RunCtx::new(Step::Store, &[], id);
-        st.push_value(TRAMPOLINE);
-        st.insert(-2);
-        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
-        st.insert(-2);
-        let rc = st.pcall(2, 0, MSGH);
-        if rc != 0 {
-            return failed(self, rc);
-        }
-        self.loaded.push(chunk.id);
-        Ok(())
+        Ok(kept)
     }
 
+    /// Forgets the loaded versions the registry no longer has: those removed since this state
+    /// last looked (O(1) per recompile), or, if it fell too far behind, a check of each.
     fn drop_stale_chunks(&mut self, pool: &Pool) {
-        if self.loaded.is_empty() {
-            return;
-        }
         let registry = pool.chunks.lock();
         let st = self.st;
-        self.loaded.retain(|&id| {
-            let live = registry.contains_id(id);
-            if !live {
-                st.push_nil();
-                st.raw_seti(CHUNKS, id as i64);
+        let forget = |id: u64| forget_chunk(st, id);
+        let loaded = &mut self.loaded;
+        match registry.removed_since(loaded.removals_seen) {
+            Some(removed) => {
+                for id in removed {
+                    if loaded.ids.remove(&id) {
+                        forget(id);
+                    }
+                }
             }
-            live
-        });
+            None => loaded.ids.retain(|&id| {
+                let live = registry.contains_id(id);
+                if !live {
+                    forget(id);
+                }
+                live
+            }),
+        }
+        loaded.removals_seen = registry.removals();
     }
 
     fn call(&mut self, chunk: &Chunk, buf: &mut Vec<u8>) -> (Outcome, bool) {
@@ -573,9 +616,8 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
             st.push_bytes(args);
             return 1;
         }
-        Step::Store => {
-            // [ctx, value]
-            st.raw_seti(ffi::lua_upvalueindex(1), ctx.chunk_id);
+        Step::Load => {
+            load_chunk(st, ctx.chunk_id);
             return 0;
         }
     }
@@ -613,9 +655,50 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     n as isize
 }
 
+/// Drops loaded chunk `id` (what it returned and its environment). Storing nil allocates nothing.
+fn forget_chunk(st: State, id: u64) {
+    st.push_nil();
+    st.raw_seti(CHUNKS, id as i64);
+    st.push_nil();
+    st.raw_seti(CHUNKS, -(id as i64));
+}
+
+/// Inside the trampoline, with `[ctx, chunk function]` on the stack: runs the chunk's top level in
+/// an environment of its own, whose reads fall through to the state's globals (where `init` put
+/// its helpers) and which keeps the chunk's own globals, and stores what the top level returned
+/// (a table, else `false`) as `chunks[id]` and the environment as `chunks[-id]`. Chunks thus
+/// never see each other's globals, and a version's functions are exactly what it defines.
+fn load_chunk(st: State, id: i64) {
+    let chunks = ffi::lua_upvalueindex(1);
+    st.remove(1); // [f]
+    st.create_table(0, 4); // [f, env]
+                           // one metatable for every environment, kept at chunks[0]
+    if st.raw_geti(chunks, 0) != TTABLE {
+        st.pop(1);
+        st.create_table(0, 1);
+        st.push_globals();
+        st.raw_set_str(-2, "__index");
+        st.push_value(-1);
+        st.raw_seti(chunks, 0);
+    }
+    st.set_metatable(-2);
+    st.push_value(-1);
+    st.set_env(1); // [f, env]
+    st.push_value(1);
+    // SAFETY: a function is on top; its errors propagate to the enclosing `lua_pcall`.
+    unsafe { ffi::lua_call(st.as_ptr(), 0, 1) }; // [f, env, returned]
+    if st.type_of(-1) != TTABLE {
+        st.pop(1);
+        st.push_bool(false);
+    }
+    st.raw_seti(chunks, id);
+    st.raw_seti(chunks, -id);
+}
+
 /// Pushes the function a call names: field `name` (the string at slot `name`) of the table chunk
-/// `id` returned (found in the table at `chunks`), else the global of that name. Raw gets: no
-/// metamethod runs, so this cannot raise. On failure pushes nothing and says whether the chunk
+/// `id` returned (found in the table at `chunks`), else the chunk's own global of that name (in
+/// its environment, `chunks[-id]`; not the state's globals). Raw gets: no metamethod runs, so
+/// this cannot raise. On failure pushes nothing and says whether the chunk
 /// returned no table (so only the globals were searched).
 fn find_function(st: State, chunks: c_int, id: i64, name: c_int) -> Result<(), bool> {
     // `replace(-2)` drops the table under the function (cheaper than `remove`, which rotates)
@@ -629,7 +712,11 @@ fn find_function(st: State, chunks: c_int, id: i64, name: c_int) -> Result<(), b
         st.pop(1);
     }
     st.pop(1);
-    st.push_globals();
+    st.raw_geti(chunks, -id);
+    if st.type_of(-1) != TTABLE {
+        st.pop(1);
+        return Err(!returned_table);
+    }
     st.push_value(name);
     st.raw_get(-2);
     st.replace(-2);

@@ -329,6 +329,22 @@ impl State {
         }
     }
 
+    /// Makes the table on top the environment of the Lua function at `func` (its `_ENV` upvalue
+    /// on Lua 5.4, its function environment on 5.1 and LuaJIT); pops the table.
+    pub fn set_env(self, func: c_int) {
+        let func = self.abs_index(func);
+        #[cfg(any(feature = "lua51", feature = "luajit"))]
+        // SAFETY: as for `push_nil`; `func` holds a Lua function and a table is on top.
+        unsafe {
+            ffi::lua_setfenv(self.0, func);
+        }
+        #[cfg(not(any(feature = "lua51", feature = "luajit")))]
+        // SAFETY: as for `push_nil`; the first upvalue of a loaded main chunk is `_ENV`.
+        unsafe {
+            ffi::lua_setupvalue(self.0, func, 1);
+        }
+    }
+
     /// Pushes the registry.
     pub fn push_registry(self) {
         self.push_value(ffi::LUA_REGISTRYINDEX)
