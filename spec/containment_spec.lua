@@ -45,7 +45,8 @@ describe("containment", function()
     assert.matches("results\t100000\nclosed", out, 1, true)
   end)
 
-  it("a finalizer that raises while results are pushed fails that call with a vmpool: error and the pool goes on", function()
+  it("a finalizer that raises while results are pushed fails that call with a vmpool: error and "
+    .. "the pool goes on", function()
     if vmpool.runtime == "LuaJIT" then
       -- LuaJIT 2.1.0-beta3 lets an error raised by a finalizer escape every pcall (or crashes),
       -- without vmpool too: all vmpool can promise there is not to abort the process itself
@@ -86,7 +87,8 @@ describe("containment", function()
     assert.matches("closed", out, 1, true)
   end)
 
-  it("the host running out of memory for results fails that wait with a vmpool: error; waiting again, later calls and close() do not hang", function()
+  it("the host running out of memory for results fails that wait with a vmpool: error; waiting "
+    .. "again, later calls and close() do not hang", function()
     local out = run([[
       local fut = pool:submit("c", "big", 1000000)
       while not fut:ready() do end
