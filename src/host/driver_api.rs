@@ -145,6 +145,35 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
+crate::lua_function!(pub fn yieldable => yieldable_impl);
+/// `native._yieldable()`: whether the running coroutine could yield at this point. Lua 5.1 has no
+/// `coroutine.isyieldable` (5.4 and LuaJIT do, and `vmpool.lua` uses theirs): a coroutine cannot
+/// yield once a C function or a metamethod is between it and its resume (`table.sort`'s
+/// comparator, a `gsub` callback, `pcall`), which Lua 5.1 tracks as `nCcalls > baseCcalls`.
+fn yieldable_impl(st: State) -> Result<c_int, Error> {
+    #[cfg(all(feature = "lua51", not(feature = "luajit")))]
+    {
+        // Offsets of `nCcalls` and `baseCcalls` (two `unsigned short`s) in Lua 5.1.5's
+        // `struct lua_State` on 64-bit targets: a GC header (pointer and two bytes), `status`,
+        // then nine pointers and two ints.
+        const N_CCALLS: usize = 96;
+        const BASE_CCALLS: usize = 98;
+        let p = st.as_ptr() as *const u8;
+        // SAFETY: `p` is the running thread's `lua_State` (Lua 5.1.5, the only 5.1 this builds
+        // for, checked at load time by `abi::check_host`); both fields lie inside the struct.
+        let (n, base) = unsafe {
+            (
+                (p.add(N_CCALLS) as *const u16).read_unaligned(),
+                (p.add(BASE_CCALLS) as *const u16).read_unaligned(),
+            )
+        };
+        st.push_bool(n <= base);
+    }
+    #[cfg(not(all(feature = "lua51", not(feature = "luajit"))))]
+    st.push_bool(true);
+    Ok(1)
+}
+
 crate::lua_function!(pub fn gc => gc_impl);
 fn gc_impl(st: State) -> Result<c_int, Error> {
     userdata::finalize::<DriverHandle>(st, 1);

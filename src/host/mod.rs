@@ -82,6 +82,7 @@ const FUNCTIONS: Methods = &[
     ("clock", clock),
     ("_notifier", notifier_api::new_notifier),
     ("_driver", driver_api::new_driver),
+    ("_yieldable", driver_api::yieldable),
 ];
 
 crate::lua_function!(fn clock => clock_impl);
