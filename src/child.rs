@@ -22,6 +22,7 @@ use mlua::ffi;
 use crate::call::{Call, Outcome};
 use crate::chunk::Chunk;
 use crate::config::Config;
+use crate::error::lua_number;
 use crate::lua::{State, TFUNCTION, TNIL, TTABLE};
 use crate::pool::Pool;
 use crate::value::{self, Role};
@@ -34,6 +35,14 @@ const CHUNKS: c_int = 3;
 /// as the one before, and pushing the kept string is much cheaper than interning it again.
 const FUNC_NAME: c_int = 4;
 const BASE: c_int = 4;
+
+/// Most results one call may return: what the host can push onto its stack in one C call (Lua 5.1
+/// and LuaJIT allow 8,000 slots per C call, Lua 5.4 a million per thread), less a margin.
+const MAX_RESULTS: c_int = if cfg!(any(feature = "lua51", feature = "luajit")) {
+    7_900
+} else {
+    900_000
+};
 
 /// VM instructions between two checks of the time limit and of cancellation.
 const HOOK_COUNT: c_int = 1000;
@@ -222,9 +231,7 @@ impl Child {
             self.guard_xpcall()
                 .map_err(|m| Error::Spawn(format!("cannot wrap xpcall: {m}")))?;
         }
-        if let Some(init) = &cfg.init {
-            self.exec(init, "init").map_err(Error::Init)?;
-        }
+        self.run_init(cfg)?;
         if cfg.time_limit.is_some() {
             // SAFETY: installs our hook on this state's main thread (coroutines created later
             // inherit it); the hook only reads this thread's `LIMITS`.
@@ -239,6 +246,55 @@ impl Child {
             self.hooked = true;
         }
         Ok(())
+    }
+
+    /// Runs `init` under the pool's limits. The memory limit is already in force; a finite
+    /// `time_limit` gets the limit hook and a deadline for the run, so an `init` that loops or
+    /// takes too long fails the state's creation (`vmpool.new` for a core state, the call it was
+    /// started for otherwise) instead of hanging it.
+    fn run_init(&mut self, cfg: &Config) -> Result<(), Error> {
+        let Some(init) = &cfg.init else {
+            return Ok(());
+        };
+        let timed = self.time_limit.filter(|d| *d != Duration::MAX);
+        if let Some(limit) = timed {
+            // SAFETY: as in `configure`: our hook on this state's main thread, reading this
+            // thread's `LIMITS`, which points at this child's `Limits` until the run ends.
+            unsafe {
+                ffi::lua_sethook(
+                    self.st.as_ptr(),
+                    Some(limit_hook),
+                    ffi::LUA_MASKCOUNT,
+                    HOOK_COUNT,
+                )
+            };
+            let lim = &*self.limits;
+            lim.deadline.set(crate::call::deadline_after(Some(limit)));
+            lim.interrupt.set(std::ptr::null());
+            lim.tripped.set(Trip::None);
+            LIMITS.with(|l| l.set(lim));
+        }
+        let result = self.exec(init, "init");
+        let tripped = self.limits.tripped.replace(Trip::None) != Trip::None;
+        if timed.is_some() {
+            LIMITS.with(|l| l.set(std::ptr::null()));
+            // SAFETY: removes the hook again; `configure` installs it for calls if they need it.
+            unsafe { ffi::lua_sethook(self.st.as_ptr(), None, 0, 0) };
+        }
+        match result {
+            Ok(()) => Ok(()),
+            Err(_) if tripped => Err(Error::Init(format!(
+                "it ran longer than time_limit = {}s (make init faster or raise time_limit)",
+                lua_number(timed.map_or(0.0, |d| d.as_secs_f64()))
+            ))),
+            Err(m) if m.starts_with("not enough memory") && cfg.memory_limit.is_some() => {
+                Err(Error::Init(format!(
+                    "it needed more than memory_limit = {} bytes (raise memory_limit or make init use less memory)",
+                    cfg.memory_limit.unwrap_or(0)
+                )))
+            }
+            Err(m) => Err(Error::Init(m)),
+        }
     }
 
     /// Every Lua runs a message handler with hooks off when the error came from a hook, so an
@@ -469,6 +525,14 @@ end
             return failed;
         }
         let outcome = match ctx.failure {
+            Failure::None if st.top() - BASE > MAX_RESULTS => {
+                Outcome::Err(Error::Unsupported(format!(
+                    "cannot pass the results of '{}': it returned {} values, more than the {MAX_RESULTS} that can cross at once on {} (return them in a table)",
+                    func_name(),
+                    st.top() - BASE,
+                    crate::abi::RUNTIME
+                )))
+            }
             Failure::None => {
                 buf.clear();
                 let n = st.top() - BASE;
@@ -515,6 +579,7 @@ end
                 chunk: chunk.into(),
                 function: function.into(),
                 seconds: self.time_limit.map_or(0.0, |d| d.as_secs_f64()),
+                not_replaced: None,
             },
             Trip::Cancel => Error::Cancelled,
         };
@@ -538,11 +603,17 @@ end
                     chunk: chunk.into(),
                     function: function.into(),
                     bytes,
+                    not_replaced: None,
                 };
                 return (Outcome::Err(e), true);
             }
         }
         let message = match self.st.to_bytes(-1) {
+            // LuaJIT cannot run the message handler after a stack overflow and says only this
+            Some(m) if cfg!(feature = "luajit") && rc == ffi::LUA_ERRERR => format!(
+                "{} (most likely a stack overflow: recursion too deep)",
+                String::from_utf8_lossy(m)
+            ),
             Some(m) => String::from_utf8_lossy(m).into_owned(),
             None if rc == ffi::LUA_ERRMEM => "not enough memory".into(),
             None => format!("(error object is a {} value)", self.st.type_name(-1)),
@@ -573,19 +644,53 @@ impl Drop for Child {
     }
 }
 
-/// Adds the child's traceback to an error message (non-string errors are described).
+/// Adds the child's traceback to an error message. Other error values are shown the way the
+/// standalone interpreter shows them: numbers as numbers, objects through their `__tostring`
+/// (called protected: one that raises is described instead), anything else by its type.
 const MESSAGE_HANDLER: ffi::lua_CFunction = crate::lua::c_function(message_handler);
 unsafe extern "C-unwind" fn message_handler(l: *mut ffi::lua_State) -> isize {
     // SAFETY: Lua calls the handler with its own live state on this thread.
     let st = unsafe { State::from_raw(l) };
-    if st.type_of(1) != crate::lua::TSTRING {
-        let what = st.type_name(1);
-        st.set_top(0);
-        st.push_str("(error object is a ");
-        st.push_str(what);
-        st.push_str(" value)");
-        // SAFETY: three strings are on the stack.
-        unsafe { ffi::lua_concat(l, 3) };
+    st.set_top(1);
+    match st.type_of(1) {
+        crate::lua::TSTRING => {
+            // LuaJIT calls the handler for a stack overflow with no room to build a traceback
+            // (trying ends as "error in error handling"): keep the message as it is
+            if cfg!(feature = "luajit") && st.string_bytes(1).ends_with(b"stack overflow") {
+                return 1;
+            }
+        }
+        crate::lua::TNUMBER => {
+            // SAFETY: converts the number in slot 1 to a string in place (the handler owns it)
+            unsafe { ffi::lua_tolstring(l, 1, std::ptr::null_mut()) };
+        }
+        _ => {
+            let what = st.type_name(1);
+            let has_tostring = st.get_metatable(1) && {
+                let has = st.raw_get_str(-1, "__tostring") != TNIL;
+                st.pop(2);
+                has
+            };
+            let shown = has_tostring && {
+                st.push_cclosure(TOSTRING_FN, 0);
+                st.push_value(1);
+                st.pcall(1, 1, 0) == 0 && st.type_of(-1) == crate::lua::TSTRING
+            };
+            if shown {
+                st.replace(1);
+            } else {
+                st.set_top(0);
+                st.push_str("(error object is a ");
+                st.push_str(what);
+                st.push_str(if has_tostring {
+                    " value whose __tostring failed)"
+                } else {
+                    " value)"
+                });
+                // SAFETY: three strings are on the stack.
+                unsafe { ffi::lua_concat(l, 3) };
+            }
+        }
     }
     if !st.check_stack(ffi::LUA_TRACEBACK_STACK) {
         return 1;
@@ -597,6 +702,14 @@ unsafe extern "C-unwind" fn message_handler(l: *mut ffi::lua_State) -> isize {
         ffi::luaL_traceback(l, l, msg, 1);
     }
     1
+}
+
+/// `__tostring` of the value in slot 1, for the message handler (which calls it protected).
+const TOSTRING_FN: ffi::lua_CFunction = crate::lua::c_function(call_tostring);
+unsafe extern "C-unwind" fn call_tostring(l: *mut ffi::lua_State) -> isize {
+    // SAFETY: Lua calls this with its own live state; luaL_callmeta pushes the metamethod's
+    // result (its errors go to the `lua_pcall` of the message handler).
+    unsafe { ffi::luaL_callmeta(l, 1, c"__tostring".as_ptr()) as isize }
 }
 
 /// Runs one call inside the child's protected call: finds the function, pushes the arguments,

@@ -35,12 +35,16 @@ pub enum Error {
         chunk: String,
         function: String,
         seconds: f64,
+        /// Why the state could not be replaced (`None`: it was).
+        not_replaced: Option<String>,
     },
     /// The state ran past `memory_limit`.
     MemoryLimit {
         chunk: String,
         function: String,
         bytes: usize,
+        /// Why the state could not be replaced (`None`: it was).
+        not_replaced: Option<String>,
     },
     /// The call was cancelled before it ran, or interrupted while running.
     Cancelled,
@@ -114,13 +118,15 @@ impl fmt::Display for Error {
                 write!(f, "vmpool: error in {chunk}:{function}: {message}")
             }
             Error::Unsupported(m) => write!(f, "vmpool: {m}"),
-            Error::TimeLimit { chunk, function, seconds } => write!(
+            Error::TimeLimit { chunk, function, seconds, not_replaced } => write!(
                 f,
-                "vmpool: time limit exceeded: {chunk}:{function} ran longer than {seconds}s (the state was replaced; raise time_limit or make the call shorter)"
+                "vmpool: time limit exceeded: {chunk}:{function} ran longer than {seconds}s ({}; raise time_limit or make the call shorter)",
+                replacement(not_replaced)
             ),
-            Error::MemoryLimit { chunk, function, bytes } => write!(
+            Error::MemoryLimit { chunk, function, bytes, not_replaced } => write!(
                 f,
-                "vmpool: memory limit exceeded: {chunk}:{function} needed more than {bytes} bytes (the state was replaced; raise memory_limit or use less memory)"
+                "vmpool: memory limit exceeded: {chunk}:{function} needed more than {bytes} bytes ({}; raise memory_limit or use less memory)",
+                replacement(not_replaced)
             ),
             Error::Cancelled => write!(f, "vmpool: call was cancelled"),
             Error::Closed => write!(f, "vmpool: pool is closed (create a new pool with vmpool.new)"),
@@ -159,5 +165,47 @@ impl fmt::Display for Error {
 }
 
 impl std::error::Error for Error {}
+
+/// What became of the state a limit was hit in, for the limit messages.
+fn replacement(not_replaced: &Option<String>) -> String {
+    match not_replaced {
+        None => "the state was replaced".into(),
+        Some(why) => format!(
+            "the state was closed and no replacement could be created: {why}; the next call starts one again"
+        ),
+    }
+}
+
+impl Error {
+    /// A limit error whose state could not be replaced says so instead of "replaced".
+    pub fn not_replaced(self, why: &Error) -> Error {
+        let why = Some(why.to_string());
+        match self {
+            Error::TimeLimit {
+                chunk,
+                function,
+                seconds,
+                ..
+            } => Error::TimeLimit {
+                chunk,
+                function,
+                seconds,
+                not_replaced: why,
+            },
+            Error::MemoryLimit {
+                chunk,
+                function,
+                bytes,
+                ..
+            } => Error::MemoryLimit {
+                chunk,
+                function,
+                bytes,
+                not_replaced: why,
+            },
+            other => other,
+        }
+    }
+}
 
 pub type Result<T> = std::result::Result<T, Error>;

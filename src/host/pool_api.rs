@@ -336,7 +336,14 @@ fn stats_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn close => close_impl);
 fn close_impl(st: State) -> Result<c_int, Error> {
-    if let Some(h) = userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
+    let boxed = userdata::get::<PoolHandle>(st, 1).ok_or_else(|| {
+        Error::BadArgument(format!(
+            "bad argument #1 to 'close': expected a pool, got {} (call it as pool:close(), with a colon)",
+            st.type_name(1)
+        ))
+    })?;
+    // a pool already finalized (seen again through resurrection) is closed: nothing to do
+    if let Some(h) = boxed.get() {
         h.closed = true;
         h.last_chunk = None;
         h.cache.clear();
