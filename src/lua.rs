@@ -403,6 +403,53 @@ impl State {
         }
     }
 
+    /// Like [`State::protect`] (no arguments, one result left on top) for a C function that has no
+    /// runner to copy (`luaopen_vmpool`): Lua 5.4 pushes the runner as a light C function, which
+    /// allocates nothing; Lua 5.1 and LuaJIT create it inside `lua_cpcall`, which discards
+    /// results, so the result travels through the registry under a key of our own.
+    pub fn protect_detached(self, f: &mut dyn FnMut(State) -> c_int) -> Result<(), c_int> {
+        #[cfg(any(feature = "lua51", feature = "luajit"))]
+        {
+            static KEY: u8 = 0;
+            let key = &KEY as *const u8 as *mut c_void;
+            let mut keep = |st: State| {
+                if f(st) >= 1 {
+                    st.push_light_userdata(key);
+                    st.push_value(-2);
+                    st.raw_set(ffi::LUA_REGISTRYINDEX);
+                }
+                0
+            };
+            let mut keep: &mut dyn FnMut(State) -> c_int = &mut keep;
+            // SAFETY: as for `push_nil`; `lua_cpcall` calls the runner with our closure's address
+            // as its light userdata argument, alive on this frame for the whole call.
+            let rc = unsafe {
+                ffi::lua_cpcall(
+                    self.0,
+                    PROTECTED_RUNNER,
+                    &mut keep as *mut &mut dyn FnMut(State) -> c_int as *mut c_void,
+                )
+            };
+            if rc != 0 {
+                return Err(rc);
+            }
+            self.push_light_userdata(key);
+            self.raw_get(ffi::LUA_REGISTRYINDEX);
+            self.push_light_userdata(key);
+            self.push_nil();
+            self.raw_set(ffi::LUA_REGISTRYINDEX); // removing a key allocates nothing
+            Ok(())
+        }
+        #[cfg(not(any(feature = "lua51", feature = "luajit")))]
+        {
+            self.push_cclosure(PROTECTED_RUNNER, 0);
+            let runner = self.top();
+            let r = self.protect(runner, 0, f).map(|_| ());
+            self.remove(runner);
+            r
+        }
+    }
+
     /// Compiles `source` as a text chunk named `chunkname` and pushes the function, or the error
     /// message. Binary chunks are refused: only the pool produces bytecode.
     pub fn load_text(self, source: &[u8], chunkname: &str) -> c_int {

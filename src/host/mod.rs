@@ -98,10 +98,44 @@ fn clock_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-/// `require "vmpool"`: the body of `luaopen_vmpool`.
+/// `require "vmpool"`: the body of `luaopen_vmpool`. Building the module allocates: it runs
+/// protected, so an error there (out of memory, a finalizer that raises) is a `vmpool:` error of
+/// `require`.
 pub fn open(st: State) -> Result<c_int, Error> {
     crate::abi::check_host()?;
     crate::sys::fork_generation();
+    if !st.check_stack(16) {
+        return Err(Error::Internal(
+            "no Lua stack space to open the module".into(),
+        ));
+    }
+    st.set_top(0);
+    let mut failed: Option<Error> = None;
+    let built = st.protect_detached(&mut |st| match build(st) {
+        Ok(n) => n,
+        Err(e) => {
+            failed = Some(e);
+            0
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    match built {
+        Ok(()) => Ok(1),
+        Err(rc) => {
+            let message = (rc != mlua::ffi::LUA_ERRMEM).then(|| protect::describe_error(st, -1));
+            st.pop(1);
+            Err(Error::Host {
+                doing: "opening the module".into(),
+                message,
+            })
+        }
+    }
+}
+
+/// Builds the module table (inside `open`'s protected call) and leaves it on top.
+fn build(st: State) -> Result<c_int, Error> {
     if !st.check_stack(16) {
         return Err(Error::Internal(
             "no Lua stack space to open the module".into(),
