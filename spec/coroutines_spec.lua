@@ -133,7 +133,7 @@ describe("vmpool.run", function()
       vmpool.spawn(function() error("spawned failure") end)
     end)
     assert.is_false(ok)
-    assert.matches("^vmpool.run: a coroutine failed: .*spawned failure", err)
+    assert.matches("^vmpool: a coroutine in vmpool.run failed: .*spawned failure", err)
   end)
 
   it("spawn outside run and nested run are errors", function()
@@ -193,4 +193,50 @@ describe("futures in other event loops", function()
       pool:close()
     end)
   end
+end)
+
+-- Where a coroutine cannot yield, co_invoke under vmpool.run makes the call as a blocking invoke:
+-- nothing is submitted that nobody waits for, no dead coroutine is resumed, every other coroutine
+-- gets its result.
+describe("co_invoke where the coroutine cannot yield", function()
+  local pool
+  before_each(function()
+    pool = vmpool.new { core = 2 }
+    pool:compile("c", "return { id = function(x) return x end }")
+  end)
+  after_each(function() pool:close() end)
+
+  local function run_with(blocked)
+    local others = {}
+    local got = vmpool.run(function()
+      for i = 1, 20 do
+        vmpool.spawn(function() others[i] = pool:co_invoke("c", "id", i) end)
+      end
+      return blocked()
+    end)
+    for i = 1, 20 do assert.are.equal(i, others[i]) end
+    local s = pool:stats()
+    assert.are.equal(s.invokes, s.succeeded) -- nothing orphaned, nothing failed
+    assert.are.equal(0, s.busy)
+    return got
+  end
+
+  it("in a table.sort comparator: each call runs as a blocking call", function()
+    local got = run_with(function()
+      local t = { 3, 1, 2 }
+      table.sort(t, function(a, b) return pool:co_invoke("c", "id", a) < pool:co_invoke("c", "id", b) end)
+      return table.concat(t, ",")
+    end)
+    assert.are.equal("1,2,3", got)
+  end)
+
+  it("in a string.gsub callback and (on Lua 5.1) inside pcall: blocking calls too", function()
+    local got = run_with(function()
+      local s = ("abc"):gsub("%a", function(c) return pool:co_invoke("c", "id", c:upper()) end)
+      local ok, v = pcall(pool.co_invoke, pool, "c", "id", "p")
+      assert(ok, v)
+      return s .. v
+    end)
+    assert.are.equal("ABCp", got)
+  end)
 end)

@@ -80,7 +80,7 @@ end)
 
 describe("when the system refuses a child's allocation", function()
   if not Child.available then
-    pending("needs lua-posix (Lua 5.1 / LuaJIT)")
+    pending("needs lua-posix (Lua 5.1 to 5.3 / LuaJIT)")
     return
   end
 

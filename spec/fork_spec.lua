@@ -50,7 +50,7 @@ describe("a pool after fork()", function()
         .. "; create pools in the process that uses them", report)
     end
     -- under vmpool.run the error ends the run, which reports the coroutine's error
-    assert.matches("\nco_invoke=vmpool.run: a coroutine failed: vmpool: pool was created in another process "
+    assert.matches("\nco_invoke=vmpool: a coroutine in vmpool.run failed: vmpool: pool was created in another process "
       .. pid_pattern, report)
     assert.matches("tostring=vmpool.pool %(created in another process%)", report)
     assert.matches("close=ok\nclose again=ok\ngc=ok", report)

@@ -27,6 +27,8 @@ end
 local cases = {}
 local unreachable = {
   Internal = "raised only if the pool's own invariants break: 'internal error (please report it)'",
+  Host = "needs the host out of memory or a raising finalizer: spec/containment_spec.lua matches it "
+    .. "in a fresh interpreter under ulimit -v",
 }
 
 cases.BadArgument = function()
@@ -277,4 +279,76 @@ describe("error messages", function()
         err_of(vmpool.new, { time_limit = 1, jit = true }))
     end)
   end
+end)
+
+-- Every message starts with "vmpool:" however the API is misused, and a child's error value keeps
+-- its information the way the standalone interpreter shows it (issue 10, section 7).
+describe("messages keep their information", function()
+  it("pool.co_invoke and pool.close called with a dot say how to call them", function()
+    with_pool({ core = 1 }, "return { f = function() return 1 end }", function(pool)
+      assert.matches("^vmpool: bad argument #1 to 'co_invoke': expected a pool, got string %(call it as "
+        .. "pool:co_invoke%(...%), with a colon%)$", err_of(pool.co_invoke, "c", "f"))
+      assert.matches("^vmpool: bad argument #1 to 'close': expected a pool, got no value %(call it as "
+        .. "pool:close%(%), with a colon%)$", err_of(pool.close))
+    end)
+  end)
+
+  it("a failing vmpool.run coroutine, even one whose error object's __tostring raises", function()
+    local err = err_of(vmpool.run, function()
+      error(setmetatable({}, { __tostring = function() error("no text for you") end }))
+    end)
+    assert.matches("^vmpool: a coroutine in vmpool.run failed: %(error object is a table value whose "
+      .. "__tostring failed%)", err)
+  end)
+
+  it("a child's error(42), an error object with __tostring, and one whose __tostring raises", function()
+    with_pool({ core = 1 }, [[return {
+      number = function() error(42) end,
+      shown = function() error(setmetatable({}, { __tostring = function() return "custom text" end })) end,
+      broken = function() error(setmetatable({}, { __tostring = function() error("nope") end })) end,
+      plain = function() error({}) end,
+    }]], function(pool)
+      assert.matches("^vmpool: error in c:number: [^\n]*42\nstack traceback:", err_of(pool.invoke, pool, "c", "number"))
+      assert.matches("^vmpool: error in c:shown: custom text\nstack traceback:",
+        err_of(pool.invoke, pool, "c", "shown"))
+      assert.matches("^vmpool: error in c:broken: %(error object is a table value whose __tostring failed%)",
+        err_of(pool.invoke, pool, "c", "broken"))
+      assert.matches("^vmpool: error in c:plain: %(error object is a table value%)",
+        err_of(pool.invoke, pool, "c", "plain"))
+    end)
+  end)
+
+  it("a stack overflow from recursion says stack overflow", function()
+    with_pool({ core = 1 }, "return { deep = function() local function r(n) return 1 + r(n + 1) end return r(1) end }",
+      function(pool)
+        assert.matches("stack overflow", err_of(pool.invoke, pool, "c", "deep"))
+      end)
+  end)
+
+  it("option errors print numbers as Lua does and say the accepted range", function()
+    assert.matches("^vmpool: option 'memory_limit' to vmpool.new must be at most 9007199254740992 %(got 1e%+300%)$",
+      err_of(vmpool.new, { memory_limit = 1e300 }))
+    assert.matches("^vmpool: option 'idle_timeout' to vmpool.new must be a non%-negative number of seconds or "
+      .. "math.huge %(got %-?nan%)$", err_of(vmpool.new, { idle_timeout = 0 / 0 }))
+    assert.matches("^vmpool: option 'core' to vmpool.new must be a non%-negative integer %(got 1.5%)$",
+      err_of(vmpool.new, { core = 1.5 }))
+  end)
+
+  it("durations too long for a clock mean forever, like math.huge", function()
+    local pool = vmpool.new { core = 1, acquire_timeout = 1e300, idle_timeout = 1e300, time_limit = 1e300 }
+    pool:compile("c", "return { f = function() return 'ok' end }")
+    assert.are.equal("ok", pool:invoke("c", "f"))
+    pool:close()
+  end)
+
+  it("stats() fields are integers where Lua has them (5.3+)", function()
+    with_pool({ core = 1 }, "return { f = function() end }", function(pool)
+      pool:invoke("c", "f")
+      local s = pool:stats()
+      assert.are.equal("1", tostring(s.succeeded))
+      if math.type then
+        for k, v in pairs(s) do assert.are.equal("integer", math.type(v), k) end
+      end
+    end)
+  end)
 end)

@@ -14,7 +14,7 @@
 //! scheduler's notifier, if the call was subscribed to one).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -63,9 +63,9 @@ pub struct CallData {
     pub chunk: Option<Arc<Chunk>>,
     /// The child function's name.
     pub func: Vec<u8>,
-    /// Encoded arguments going in, encoded results coming back.
+    /// Encoded arguments going in, encoded results coming back (until `finish` moves them into
+    /// the call's result).
     pub buf: Vec<u8>,
-    pub outcome: Outcome,
     /// When a queued call stops waiting for a state.
     pub acquire_deadline: Option<Instant>,
     pub subscriber: Option<Subscriber>,
@@ -76,6 +76,10 @@ pub struct Call {
     /// Set by `cancel` on a running call; the child's hook raises an error when it sees it.
     pub interrupt: AtomicBool,
     pub data: Mutex<CallData>,
+    /// The outcome, written once by `finish` (encoded results or the error) and read without a
+    /// lock: the host pushes results into its Lua state, which can run finalizers that wait on
+    /// this very call, so no lock may be held while it does.
+    result: OnceLock<Result<Vec<u8>, Error>>,
 }
 
 impl Default for Call {
@@ -88,10 +92,10 @@ impl Default for Call {
                 chunk: None,
                 func: Vec::new(),
                 buf: Vec::new(),
-                outcome: Outcome::Pending,
                 acquire_deadline: None,
                 subscriber: None,
             }),
+            result: OnceLock::new(),
         }
     }
 }
@@ -111,10 +115,12 @@ impl Call {
         *self.interrupt.get_mut() = false;
         let d = self.data.get_mut();
         d.job = Job::Invoke;
+        if let Some(Ok(results)) = self.result.take() {
+            d.buf = results; // keeps its capacity for the next call
+        }
         d.chunk = None;
         d.func.clear();
         d.buf.clear();
-        d.outcome = Outcome::Pending;
         d.acquire_deadline = None;
         d.subscriber = None;
     }
@@ -164,7 +170,13 @@ impl Call {
     /// Writes the outcome and publishes DONE. Only the owner of the call (the worker that ran it, or
     /// whoever claimed it) calls this, exactly once.
     pub fn finish(&self, outcome: Outcome) {
-        self.data.lock().outcome = outcome;
+        let result = match outcome {
+            Outcome::Ok | Outcome::Collected => Ok(std::mem::take(&mut self.data.lock().buf)),
+            Outcome::Err(e) => Err(e),
+            Outcome::Pending => Err(Error::Internal("a call finished without an outcome".into())),
+        };
+        // only the owner finishes, once: the cell is empty
+        let _ = self.result.set(result);
         let old = self.state.swap(DONE, Ordering::AcqRel);
         if old & WAITER != 0 {
             crate::sys::futex_wake(&self.state, i32::MAX);
@@ -176,6 +188,15 @@ impl Call {
             if let Some(s) = subscriber {
                 s.notify();
             }
+        }
+    }
+
+    /// The outcome of a finished call: its encoded results or its error (`None` before DONE).
+    pub fn result(&self) -> Option<&Result<Vec<u8>, Error>> {
+        if self.is_done() {
+            self.result.get()
+        } else {
+            None
         }
     }
 

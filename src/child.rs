@@ -4,13 +4,16 @@
 //!
 //! Stack layout at rest (the state's main thread): slot 1 the message handler (adds a traceback),
 //! slot 2 the call trampoline (a C closure over slot 3), slot 3 the table of loaded chunks
-//! (`chunk id -> table the chunk returned | false`), slot 4 the last function name. A call pushes
+//! (`chunk id -> table the chunk returned | false`, `-id -> the chunk's environment`, `0 -> the
+//! environments' shared metatable`), slot 4 the last function name. A call pushes
 //! the trampoline, a pointer to its [`RunCtx`] and the function name, and runs it under
 //! `lua_pcall`, so every Lua error (including running out of memory while decoding the arguments)
 //! lands in one place.
 
 use std::cell::Cell;
+use std::collections::HashSet;
 use std::ffi::{c_char, c_int, c_void};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +23,7 @@ use mlua::ffi;
 use crate::call::{Call, Job, Outcome};
 use crate::chunk::Chunk;
 use crate::config::Config;
+use crate::error::lua_number;
 use crate::lua::{State, TFUNCTION, TNIL, TTABLE};
 use crate::pool::Pool;
 use crate::state_heap::OwnedState;
@@ -34,6 +38,14 @@ const CHUNKS: c_int = 3;
 const FUNC_NAME: c_int = 4;
 const BASE: c_int = 4;
 
+/// Most results one call may return: what the host can push onto its stack in one C call (Lua 5.1
+/// and LuaJIT allow 8,000 slots per C call, Lua 5.4 a million per thread), less a margin.
+const MAX_RESULTS: c_int = if cfg!(any(feature = "lua51", feature = "luajit")) {
+    7_900
+} else {
+    900_000
+};
+
 /// VM instructions between two checks of the time limit and of cancellation.
 const HOOK_COUNT: c_int = 1000;
 
@@ -41,8 +53,8 @@ pub struct Child {
     /// Owns the state; dropping it closes the state.
     heap: OwnedState,
     st: State,
-    /// Ids of the chunks this state has loaded.
-    loaded: Vec<u64>,
+    /// The chunk versions this state has loaded.
+    loaded: LoadedChunks,
     chunk_epoch: u64,
     /// Whether the limit hook is installed.
     hooked: bool,
@@ -74,6 +86,32 @@ thread_local! {
     static LIMITS: Cell<*const Limits> = const { Cell::new(std::ptr::null()) };
 }
 
+/// The chunk versions a state has loaded (a set: a state may hold thousands, and every call asks),
+/// and how far it has read the registry's log of removed versions.
+#[derive(Default)]
+struct LoadedChunks {
+    ids: HashSet<u64, BuildHasherDefault<IdHasher>>,
+    removals_seen: u64,
+}
+
+/// Chunk ids are consecutive integers: one multiplication spreads them well enough.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
 /// Passed to the trampoline through a light userdata; plain data only, since a Lua error may jump
 /// over the frames that use it.
 struct RunCtx {
@@ -93,8 +131,9 @@ enum Step {
     Call,
     /// Push the function name (`args` holds it) and return it.
     PushName,
-    /// Keep the value passed (what a chunk's top level returned) as loaded chunk `chunk_id`.
-    Store,
+    /// Run the chunk function passed in an environment of its own and keep what its top level
+    /// returned, and the environment, as loaded chunk `chunk_id`.
+    Load,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -132,7 +171,10 @@ impl Child {
         let mut child = Child {
             heap,
             st,
-            loaded: Vec::with_capacity(4),
+            loaded: LoadedChunks {
+                ids: HashSet::with_capacity_and_hasher(4, Default::default()),
+                removals_seen: 0,
+            },
             chunk_epoch: u64::MAX,
             hooked: false,
             limits: Box::new(Limits {
@@ -185,9 +227,7 @@ impl Child {
             self.guard_xpcall()
                 .map_err(|m| Error::Spawn(format!("cannot wrap xpcall: {m}")))?;
         }
-        if let Some(init) = &cfg.init {
-            self.exec(init, "init").map_err(Error::Init)?;
-        }
+        self.run_init(cfg)?;
         if cfg.time_limit.is_some() {
             // SAFETY: installs our hook on this state's main thread (coroutines created later
             // inherit it); the hook only reads this thread's `LIMITS`.
@@ -202,6 +242,55 @@ impl Child {
             self.hooked = true;
         }
         Ok(())
+    }
+
+    /// Runs `init` under the pool's limits. The memory limit is already in force; a finite
+    /// `time_limit` gets the limit hook and a deadline for the run, so an `init` that loops or
+    /// takes too long fails the state's creation (`vmpool.new` for a core state, the call it was
+    /// started for otherwise) instead of hanging it.
+    fn run_init(&mut self, cfg: &Config) -> Result<(), Error> {
+        let Some(init) = &cfg.init else {
+            return Ok(());
+        };
+        let timed = self.time_limit.filter(|d| *d != Duration::MAX);
+        if let Some(limit) = timed {
+            // SAFETY: as in `configure`: our hook on this state's main thread, reading this
+            // thread's `LIMITS`, which points at this child's `Limits` until the run ends.
+            unsafe {
+                ffi::lua_sethook(
+                    self.st.as_ptr(),
+                    Some(limit_hook),
+                    ffi::LUA_MASKCOUNT,
+                    HOOK_COUNT,
+                )
+            };
+            let lim = &*self.limits;
+            lim.deadline.set(crate::call::deadline_after(Some(limit)));
+            lim.interrupt.set(std::ptr::null());
+            lim.tripped.set(Trip::None);
+            LIMITS.with(|l| l.set(lim));
+        }
+        let result = self.exec(init, "init");
+        let tripped = self.limits.tripped.replace(Trip::None) != Trip::None;
+        if timed.is_some() {
+            LIMITS.with(|l| l.set(std::ptr::null()));
+            // SAFETY: removes the hook again; `configure` installs it for calls if they need it.
+            unsafe { ffi::lua_sethook(self.st.as_ptr(), None, 0, 0) };
+        }
+        match result {
+            Ok(()) => Ok(()),
+            Err(_) if tripped => Err(Error::Init(format!(
+                "it ran longer than time_limit = {}s (make init faster or raise time_limit)",
+                lua_number(timed.map_or(0.0, |d| d.as_secs_f64()))
+            ))),
+            Err(m) if m.starts_with("not enough memory") && cfg.memory_limit.is_some() => {
+                Err(Error::Init(format!(
+                    "it needed more than memory_limit = {} bytes (raise memory_limit or make init use less memory)",
+                    cfg.memory_limit.unwrap_or(0)
+                )))
+            }
+            Err(m) => Err(Error::Init(m)),
+        }
     }
 
     /// Every Lua runs a message handler with hooks off when the error came from a hook, so an
@@ -285,8 +374,14 @@ end
         let (outcome, replace) = match chunk {
             Some(chunk) => {
                 self.arm(call);
-                let result = match self.ensure_loaded(&chunk) {
-                    Ok(()) => self.call(&chunk, &mut buf),
+                let result = match self.ensure_loaded(pool, &chunk) {
+                    Ok(kept) => {
+                        let result = self.call(&chunk, &mut buf);
+                        if !kept {
+                            forget_chunk(self.st, chunk.id);
+                        }
+                        result
+                    }
                     Err(failed) => failed,
                 };
                 // The hook stops a coroutine that runs too long, but the function that resumed
@@ -347,58 +442,65 @@ end
         self.limits.interrupt.set(std::ptr::null());
     }
 
-    fn ensure_loaded(&mut self, chunk: &Chunk) -> Result<(), (Outcome, bool)> {
-        // a state has loaded few chunks: a scan beats asking Lua
-        if self.loaded.contains(&chunk.id) {
-            return Ok(());
+    /// Loads `chunk` unless this state has it. Returns whether the state keeps it: a version
+    /// already replaced when it is first loaded (its call was submitted before the recompile)
+    /// runs once and is forgotten, since the log of removals has gone past it.
+    fn ensure_loaded(&mut self, pool: &Pool, chunk: &Chunk) -> Result<bool, (Outcome, bool)> {
+        if self.loaded.ids.contains(&chunk.id) {
+            return Ok(true);
         }
         let st = self.st;
-        let id = chunk.id as i64;
-        let failed = |child: &Self, rc| {
-            let f = child.failure(rc, &chunk.name, "(top level)", |message| Error::ChunkLoad {
+        let rc = st.load_binary(&chunk.bytecode, &chunk.name);
+        let rc = if rc == 0 {
+            // running the top level and keeping what it made allocates: protected (see `Step`)
+            let mut ctx = RunCtx::new(Step::Load, &[], chunk.id as i64);
+            st.push_value(TRAMPOLINE);
+            st.insert(-2);
+            st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+            st.insert(-2);
+            st.pcall(2, 0, MSGH)
+        } else {
+            rc
+        };
+        if rc != 0 {
+            let f = self.failure(rc, &chunk.name, "(top level)", |message| Error::ChunkLoad {
                 chunk: chunk.name.clone(),
                 message,
             });
             st.set_top(BASE);
-            Err(f)
-        };
-        let rc = st.load_binary(&chunk.bytecode, &chunk.name);
-        let rc = if rc == 0 { st.pcall(0, 1, MSGH) } else { rc };
-        if rc != 0 {
-            return failed(self, rc);
+            return Err(f);
         }
-        if st.type_of(-1) != TTABLE {
-            st.pop(1);
-            st.push_bool(false);
+        let kept = pool.chunks.lock().contains_id(chunk.id);
+        if kept {
+            self.loaded.ids.insert(chunk.id);
         }
-        // storing it may grow the table of chunks: protected (see `Step`)
-        let mut ctx = RunCtx::new(Step::Store, &[], id);
-        st.push_value(TRAMPOLINE);
-        st.insert(-2);
-        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
-        st.insert(-2);
-        let rc = st.pcall(2, 0, MSGH);
-        if rc != 0 {
-            return failed(self, rc);
-        }
-        self.loaded.push(chunk.id);
-        Ok(())
+        Ok(kept)
     }
 
+    /// Forgets the loaded versions the registry no longer has: those removed since this state
+    /// last looked (O(1) per recompile), or, if it fell too far behind, a check of each.
     fn drop_stale_chunks(&mut self, pool: &Pool) {
-        if self.loaded.is_empty() {
-            return;
-        }
         let registry = pool.chunks.lock();
         let st = self.st;
-        self.loaded.retain(|&id| {
-            let live = registry.contains_id(id);
-            if !live {
-                st.push_nil();
-                st.raw_seti(CHUNKS, id as i64);
+        let forget = |id: u64| forget_chunk(st, id);
+        let loaded = &mut self.loaded;
+        match registry.removed_since(loaded.removals_seen) {
+            Some(removed) => {
+                for id in removed {
+                    if loaded.ids.remove(&id) {
+                        forget(id);
+                    }
+                }
             }
-            live
-        });
+            None => loaded.ids.retain(|&id| {
+                let live = registry.contains_id(id);
+                if !live {
+                    forget(id);
+                }
+                live
+            }),
+        }
+        loaded.removals_seen = registry.removals();
     }
 
     fn call(&mut self, chunk: &Chunk, buf: &mut Vec<u8>) -> (Outcome, bool) {
@@ -424,35 +526,13 @@ end
             self.func_in_slot.clear();
             self.func_in_slot.extend_from_slice(&self.func);
         }
+        // Decoding the arguments allocates, which can hit the memory limit or run a finalizer
+        // the chunk left behind that raises: it runs inside the trampoline's protected call.
         let mut ctx = RunCtx::new(Step::Call, buf, chunk.id as i64);
-        let rc = if self.memory_limit.is_none() {
-            // Finding the function (raw gets) cannot raise, and pushing the arguments can only
-            // raise "not enough memory" without a memory limit, which ends the process anyway:
-            // call the function directly.
-            match find_function(st, CHUNKS, ctx.chunk_id, FUNC_NAME) {
-                Err(global) => {
-                    ctx.failure = Failure::NoFunction { global };
-                    0
-                }
-                Ok(()) => {
-                    // SAFETY: `buf` is the call's argument buffer, alive and unchanged here.
-                    let args = unsafe { std::slice::from_raw_parts(ctx.args, ctx.args_len) };
-                    match value::push_values(st, args) {
-                        Ok(nargs) => st.pcall(nargs, ffi::LUA_MULTRET, MSGH),
-                        Err(c) => {
-                            ctx.failure = Failure::Corrupt(c.0);
-                            0
-                        }
-                    }
-                }
-            }
-        } else {
-            // with a memory limit, decoding the arguments may hit it: do it in protected mode
-            st.push_value(TRAMPOLINE);
-            st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
-            st.push_value(FUNC_NAME);
-            st.pcall(2, ffi::LUA_MULTRET, MSGH)
-        };
+        st.push_value(TRAMPOLINE);
+        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+        st.push_value(FUNC_NAME);
+        let rc = st.pcall(2, ffi::LUA_MULTRET, MSGH);
         if rc != 0 {
             let failed = self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
                 chunk: chunk.name.clone(),
@@ -463,6 +543,14 @@ end
             return failed;
         }
         let outcome = match ctx.failure {
+            Failure::None if st.top() - BASE > MAX_RESULTS => {
+                Outcome::Err(Error::Unsupported(format!(
+                    "cannot pass the results of '{}': it returned {} values, more than the {MAX_RESULTS} that can cross at once on {} (return them in a table)",
+                    func_name(),
+                    st.top() - BASE,
+                    crate::abi::RUNTIME
+                )))
+            }
             Failure::None => {
                 buf.clear();
                 let n = st.top() - BASE;
@@ -509,6 +597,7 @@ end
                 chunk: chunk.into(),
                 function: function.into(),
                 seconds: self.time_limit.map_or(0.0, |d| d.as_secs_f64()),
+                not_replaced: None,
             },
             Trip::Cancel => Error::Cancelled,
         };
@@ -532,6 +621,7 @@ end
                     chunk: chunk.into(),
                     function: function.into(),
                     bytes,
+                    not_replaced: None,
                 };
                 return (Outcome::Err(e), true);
             }
@@ -545,6 +635,11 @@ end
             );
         }
         let message = match self.st.to_bytes(-1) {
+            // LuaJIT cannot run the message handler after a stack overflow and says only this
+            Some(m) if cfg!(feature = "luajit") && rc == ffi::LUA_ERRERR => format!(
+                "{} (most likely a stack overflow: recursion too deep)",
+                String::from_utf8_lossy(m)
+            ),
             Some(m) => String::from_utf8_lossy(m).into_owned(),
             None if rc == ffi::LUA_ERRMEM => "not enough memory".into(),
             None => format!("(error object is a {} value)", self.st.type_name(-1)),
@@ -575,19 +670,53 @@ impl Drop for Child {
     }
 }
 
-/// Adds the child's traceback to an error message (non-string errors are described).
+/// Adds the child's traceback to an error message. Other error values are shown the way the
+/// standalone interpreter shows them: numbers as numbers, objects through their `__tostring`
+/// (called protected: one that raises is described instead), anything else by its type.
 const MESSAGE_HANDLER: ffi::lua_CFunction = crate::lua::c_function(message_handler);
 unsafe extern "C-unwind" fn message_handler(l: *mut ffi::lua_State) -> isize {
     // SAFETY: Lua calls the handler with its own live state on this thread.
     let st = unsafe { State::from_raw(l) };
-    if st.type_of(1) != crate::lua::TSTRING {
-        let what = st.type_name(1);
-        st.set_top(0);
-        st.push_str("(error object is a ");
-        st.push_str(what);
-        st.push_str(" value)");
-        // SAFETY: three strings are on the stack.
-        unsafe { ffi::lua_concat(l, 3) };
+    st.set_top(1);
+    match st.type_of(1) {
+        crate::lua::TSTRING => {
+            // LuaJIT calls the handler for a stack overflow with no room to build a traceback
+            // (trying ends as "error in error handling"): keep the message as it is
+            if cfg!(feature = "luajit") && st.string_bytes(1).ends_with(b"stack overflow") {
+                return 1;
+            }
+        }
+        crate::lua::TNUMBER => {
+            // SAFETY: converts the number in slot 1 to a string in place (the handler owns it)
+            unsafe { ffi::lua_tolstring(l, 1, std::ptr::null_mut()) };
+        }
+        _ => {
+            let what = st.type_name(1);
+            let has_tostring = st.get_metatable(1) && {
+                let has = st.raw_get_str(-1, "__tostring") != TNIL;
+                st.pop(2);
+                has
+            };
+            let shown = has_tostring && {
+                st.push_cclosure(TOSTRING_FN, 0);
+                st.push_value(1);
+                st.pcall(1, 1, 0) == 0 && st.type_of(-1) == crate::lua::TSTRING
+            };
+            if shown {
+                st.replace(1);
+            } else {
+                st.set_top(0);
+                st.push_str("(error object is a ");
+                st.push_str(what);
+                st.push_str(if has_tostring {
+                    " value whose __tostring failed)"
+                } else {
+                    " value)"
+                });
+                // SAFETY: three strings are on the stack.
+                unsafe { ffi::lua_concat(l, 3) };
+            }
+        }
     }
     if !st.check_stack(ffi::LUA_TRACEBACK_STACK) {
         return 1;
@@ -614,6 +743,14 @@ unsafe extern "C-unwind" fn collect_garbage(l: *mut ffi::lua_State) -> isize {
     0
 }
 
+/// `__tostring` of the value in slot 1, for the message handler (which calls it protected).
+const TOSTRING_FN: ffi::lua_CFunction = crate::lua::c_function(call_tostring);
+unsafe extern "C-unwind" fn call_tostring(l: *mut ffi::lua_State) -> isize {
+    // SAFETY: Lua calls this with its own live state; luaL_callmeta pushes the metamethod's
+    // result (its errors go to the `lua_pcall` of the message handler).
+    unsafe { ffi::luaL_callmeta(l, 1, c"__tostring".as_ptr()) as isize }
+}
+
 /// Runs one call inside the child's protected call: finds the function, pushes the arguments,
 /// calls it and returns all its results.
 const TRAMPOLINE_FN: ffi::lua_CFunction = crate::lua::c_function(trampoline);
@@ -631,9 +768,8 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
             st.push_bytes(args);
             return 1;
         }
-        Step::Store => {
-            // [ctx, value]
-            st.raw_seti(ffi::lua_upvalueindex(1), ctx.chunk_id);
+        Step::Load => {
+            load_chunk(st, ctx.chunk_id);
             return 0;
         }
     }
@@ -671,9 +807,50 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     n as isize
 }
 
+/// Drops loaded chunk `id` (what it returned and its environment). Storing nil allocates nothing.
+fn forget_chunk(st: State, id: u64) {
+    st.push_nil();
+    st.raw_seti(CHUNKS, id as i64);
+    st.push_nil();
+    st.raw_seti(CHUNKS, -(id as i64));
+}
+
+/// Inside the trampoline, with `[ctx, chunk function]` on the stack: runs the chunk's top level in
+/// an environment of its own, whose reads fall through to the state's globals (where `init` put
+/// its helpers) and which keeps the chunk's own globals, and stores what the top level returned
+/// (a table, else `false`) as `chunks[id]` and the environment as `chunks[-id]`. Chunks thus
+/// never see each other's globals, and a version's functions are exactly what it defines.
+fn load_chunk(st: State, id: i64) {
+    let chunks = ffi::lua_upvalueindex(1);
+    st.remove(1); // [f]
+    st.create_table(0, 4); // [f, env]
+                           // one metatable for every environment, kept at chunks[0]
+    if st.raw_geti(chunks, 0) != TTABLE {
+        st.pop(1);
+        st.create_table(0, 1);
+        st.push_globals();
+        st.raw_set_str(-2, "__index");
+        st.push_value(-1);
+        st.raw_seti(chunks, 0);
+    }
+    st.set_metatable(-2);
+    st.push_value(-1);
+    st.set_env(1); // [f, env]
+    st.push_value(1);
+    // SAFETY: a function is on top; its errors propagate to the enclosing `lua_pcall`.
+    unsafe { ffi::lua_call(st.as_ptr(), 0, 1) }; // [f, env, returned]
+    if st.type_of(-1) != TTABLE {
+        st.pop(1);
+        st.push_bool(false);
+    }
+    st.raw_seti(chunks, id);
+    st.raw_seti(chunks, -id);
+}
+
 /// Pushes the function a call names: field `name` (the string at slot `name`) of the table chunk
-/// `id` returned (found in the table at `chunks`), else the global of that name. Raw gets: no
-/// metamethod runs, so this cannot raise. On failure pushes nothing and says whether the chunk
+/// `id` returned (found in the table at `chunks`), else the chunk's own global of that name (in
+/// its environment, `chunks[-id]`; not the state's globals). Raw gets: no metamethod runs, so
+/// this cannot raise. On failure pushes nothing and says whether the chunk
 /// returned no table (so only the globals were searched).
 fn find_function(st: State, chunks: c_int, id: i64, name: c_int) -> Result<(), bool> {
     // `replace(-2)` drops the table under the function (cheaper than `remove`, which rotates)
@@ -687,7 +864,11 @@ fn find_function(st: State, chunks: c_int, id: i64, name: c_int) -> Result<(), b
         st.pop(1);
     }
     st.pop(1);
-    st.push_globals();
+    st.raw_geti(chunks, -id);
+    if st.type_of(-1) != TTABLE {
+        st.pop(1);
+        return Err(!returned_table);
+    }
     st.push_value(name);
     st.raw_get(-2);
     st.replace(-2);

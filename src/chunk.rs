@@ -3,8 +3,10 @@
 //! A state loads a chunk the first time it runs a call into it and keeps it (keyed by the chunk's
 //! id). Recompiling a name creates a new chunk with a new id, so later calls load the new version;
 //! states drop versions that are no longer registered when they notice the registry changed.
+//! Each loaded version runs in its own environment (see `child.rs`), so a version's functions are
+//! exactly what it defines or returns.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -51,11 +53,20 @@ impl Chunk {
     }
 }
 
-/// The chunks a pool knows, by name. Changed only by the host (`compile`, `unload`); states read
-/// the set of live ids when `epoch` moves.
+/// Most removals [`Registry`] remembers; a state further behind rescans what it loaded.
+const REMOVAL_LOG: usize = 4096;
+
+/// The chunks a pool knows, by name. Changed only by the host (`compile`, `unload`); states learn
+/// which versions went away from the log of removals, so a recompile costs each state O(1), not a
+/// scan of every chunk.
 #[derive(Default)]
 pub struct Registry {
     by_name: HashMap<Vec<u8>, Arc<Chunk>>,
+    live: HashSet<u64>,
+    /// Ids replaced or unloaded, oldest first (the last [`REMOVAL_LOG`] of them).
+    removed: VecDeque<u64>,
+    /// How many removals were dropped off the front of `removed`.
+    trimmed: u64,
 }
 
 impl Registry {
@@ -65,15 +76,45 @@ impl Registry {
 
     /// Registers `chunk`, replacing any chunk of the same name.
     pub fn insert(&mut self, chunk: Arc<Chunk>) {
-        self.by_name.insert(chunk.name.as_bytes().to_vec(), chunk);
+        self.live.insert(chunk.id);
+        if let Some(old) = self.by_name.insert(chunk.name.as_bytes().to_vec(), chunk) {
+            self.note_removed(old.id);
+        }
     }
 
     pub fn remove(&mut self, name: &[u8]) -> bool {
-        self.by_name.remove(name).is_some()
+        match self.by_name.remove(name) {
+            Some(old) => {
+                self.note_removed(old.id);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn note_removed(&mut self, id: u64) {
+        self.live.remove(&id);
+        self.removed.push_back(id);
+        if self.removed.len() > REMOVAL_LOG {
+            self.removed.pop_front();
+            self.trimmed += 1;
+        }
     }
 
     pub fn contains_id(&self, id: u64) -> bool {
-        self.by_name.values().any(|c| c.id == id)
+        self.live.contains(&id)
+    }
+
+    /// How many removals there have been: a position in the log for [`Registry::removed_since`].
+    pub fn removals(&self) -> u64 {
+        self.trimmed + self.removed.len() as u64
+    }
+
+    /// The ids removed since position `since`, or `None` if the log no longer reaches back that
+    /// far (then check each loaded id with [`Registry::contains_id`]).
+    pub fn removed_since(&self, since: u64) -> Option<impl Iterator<Item = u64> + '_> {
+        let skip = since.checked_sub(self.trimmed)?;
+        Some(self.removed.iter().skip(skip as usize).copied())
     }
 
     pub fn len(&self) -> usize {

@@ -35,12 +35,16 @@ pub enum Error {
         chunk: String,
         function: String,
         seconds: f64,
+        /// Why the state could not be replaced (`None`: it was).
+        not_replaced: Option<String>,
     },
     /// The state ran past `memory_limit`.
     MemoryLimit {
         chunk: String,
         function: String,
         bytes: usize,
+        /// Why the state could not be replaced (`None`: it was).
+        not_replaced: Option<String>,
     },
     /// The call was cancelled before it ran, or interrupted while running.
     Cancelled,
@@ -58,8 +62,32 @@ pub enum Error {
     WrongProcess { pid: u32 },
     /// A state or thread could not be created.
     Spawn(String),
+    /// The host's own Lua state raised an error while vmpool worked in it: it ran out of memory
+    /// (`message` is `None`), or a `__gc` finalizer that ran meanwhile raised `message`.
+    Host {
+        doing: String,
+        message: Option<String>,
+    },
     /// Anything else that should not happen.
     Internal(String),
+}
+
+/// A Lua number as Lua's `tostring` shows a float (`%.14g`: `1e+300`, `nan`, `inf`, `0.5`), for
+/// messages that quote a number the user gave.
+pub fn lua_number(n: f64) -> String {
+    let mut buf = [0u8; 64];
+    // SAFETY: snprintf writes at most `buf.len()` bytes (NUL included) into the buffer we own;
+    // the format takes exactly one double.
+    let len = unsafe {
+        libc::snprintf(
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+            c"%.14g".as_ptr(),
+            n,
+        )
+    };
+    let len = (len.max(0) as usize).min(buf.len() - 1);
+    String::from_utf8_lossy(&buf[..len]).into_owned()
 }
 
 impl fmt::Display for Error {
@@ -90,13 +118,15 @@ impl fmt::Display for Error {
                 write!(f, "vmpool: error in {chunk}:{function}: {message}")
             }
             Error::Unsupported(m) => write!(f, "vmpool: {m}"),
-            Error::TimeLimit { chunk, function, seconds } => write!(
+            Error::TimeLimit { chunk, function, seconds, not_replaced } => write!(
                 f,
-                "vmpool: time limit exceeded: {chunk}:{function} ran longer than {seconds}s (the state was replaced; raise time_limit or make the call shorter)"
+                "vmpool: time limit exceeded: {chunk}:{function} ran longer than {seconds}s ({}; raise time_limit or make the call shorter)",
+                replacement(not_replaced)
             ),
-            Error::MemoryLimit { chunk, function, bytes } => write!(
+            Error::MemoryLimit { chunk, function, bytes, not_replaced } => write!(
                 f,
-                "vmpool: memory limit exceeded: {chunk}:{function} needed more than {bytes} bytes (the state was replaced; raise memory_limit or use less memory)"
+                "vmpool: memory limit exceeded: {chunk}:{function} needed more than {bytes} bytes ({}; raise memory_limit or use less memory)",
+                replacement(not_replaced)
             ),
             Error::Cancelled => write!(f, "vmpool: call was cancelled"),
             Error::Closed => write!(f, "vmpool: pool is closed (create a new pool with vmpool.new)"),
@@ -121,11 +151,61 @@ impl fmt::Display for Error {
                 "vmpool: pool was created in another process (pid {pid}); create pools in the process that uses them (in OpenResty: in init_worker_by_lua or lazily, not in init_by_lua)"
             ),
             Error::Spawn(m) => write!(f, "vmpool: cannot create a pool state: {m}"),
+            Error::Host { doing, message: None } => write!(
+                f,
+                "vmpool: not enough memory in the host Lua state while {doing} (free memory in the host or pass smaller values)"
+            ),
+            Error::Host { doing, message: Some(m) } => write!(
+                f,
+                "vmpool: a Lua error was raised in the host while {doing}: {m} (a __gc finalizer that ran meanwhile raised it; finalizers must not raise errors)"
+            ),
             Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
         }
     }
 }
 
 impl std::error::Error for Error {}
+
+/// What became of the state a limit was hit in, for the limit messages.
+fn replacement(not_replaced: &Option<String>) -> String {
+    match not_replaced {
+        None => "the state was replaced".into(),
+        Some(why) => format!(
+            "the state was closed and no replacement could be created: {why}; the next call starts one again"
+        ),
+    }
+}
+
+impl Error {
+    /// A limit error whose state could not be replaced says so instead of "replaced".
+    pub fn not_replaced(self, why: &Error) -> Error {
+        let why = Some(why.to_string());
+        match self {
+            Error::TimeLimit {
+                chunk,
+                function,
+                seconds,
+                ..
+            } => Error::TimeLimit {
+                chunk,
+                function,
+                seconds,
+                not_replaced: why,
+            },
+            Error::MemoryLimit {
+                chunk,
+                function,
+                bytes,
+                ..
+            } => Error::MemoryLimit {
+                chunk,
+                function,
+                bytes,
+                not_replaced: why,
+            },
+            other => other,
+        }
+    }
+}
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vmpool::call::{Call, Outcome};
+use vmpool::call::Call;
 use vmpool::chunk::Chunk;
 use vmpool::config::Config;
 use vmpool::lua::State;
@@ -59,16 +59,13 @@ fn wait(c: &Call) -> Result<Vec<Value>, Error> {
         c.wait(Some(Instant::now() + Duration::from_secs(10)), &spin),
         "call finished in time"
     );
-    let d = c.data.lock();
-    match &d.outcome {
-        Outcome::Ok => {
+    match c.result().expect("a finished call has an outcome") {
+        Ok(buf) => {
             let mut sink = RustSink::default();
-            decode_values(&d.buf, &mut sink).expect("results decode");
+            decode_values(buf, &mut sink).expect("results decode");
             Ok(sink.into_values())
         }
-        Outcome::Err(e) => Err(e.clone()),
-        Outcome::Pending => panic!("no outcome"),
-        Outcome::Collected => panic!("a garbage collection, not a call"),
+        Err(e) => Err(e.clone()),
     }
 }
 

@@ -38,6 +38,79 @@ function vmpool.new(options) end
 ---@return number seconds
 function vmpool.clock() end
 
+---What the child states of every pool in this process hold, from the allocator vmpool gives each
+---state (exact when every state is idle).
+---@return { states: integer, bytes: integer, blocks: integer }
+function vmpool.memory() end
+
+---A named dictionary of the process with the API of ngx.shared.DICT, the same in the host and in
+---every pool state. The same name returns the same dictionary.
+---Errors: a bad name or option; options that conflict with the existing dictionary.
+---@param name string
+---@param options? { capacity?: integer|string, shards?: integer } capacity: bytes or "10m" (default 1 MiB); shards: 1 to 256 (default 16)
+---@return vmpool.SharedDict
+function vmpool.shared(name, options) end
+
+---A vmpool.shared dictionary: every method answers as ngx.shared.DICT's does. Bad keys (not a
+---string or number, empty, over 65535 bytes), table or function values, negative or NaN TTLs
+---raise "vmpool: ..." errors.
+---@class vmpool.SharedDict
+local SharedDict = {}
+---@param key string
+---@return any value, integer? flags
+function SharedDict:get(key) end
+---@param key string
+---@return any value, integer? flags, boolean stale
+function SharedDict:get_stale(key) end
+---@param key string
+---@param value any nil, boolean, number or string
+---@param exptime? number seconds (0: never)
+---@param flags? integer
+---@return boolean ok, string? err, boolean forcible
+function SharedDict:set(key, value, exptime, flags) end
+---@return boolean ok, string? err "no memory"
+function SharedDict:safe_set(key, value, exptime, flags) end
+---@return boolean ok, string? err "exists", boolean forcible
+function SharedDict:add(key, value, exptime, flags) end
+---@return boolean ok, string? err
+function SharedDict:safe_add(key, value, exptime, flags) end
+---@return boolean ok, string? err "not found", boolean forcible
+function SharedDict:replace(key, value, exptime, flags) end
+---@param key string
+function SharedDict:delete(key) end
+---@param key string
+---@param value number
+---@param init? number
+---@param init_ttl? number
+---@return number? value, string? err, boolean forcible
+function SharedDict:incr(key, value, init, init_ttl) end
+---@return integer? length, string? err
+function SharedDict:lpush(key, value) end
+---@return integer? length, string? err
+function SharedDict:rpush(key, value) end
+---@return any value, string? err
+function SharedDict:lpop(key) end
+---@return any value, string? err
+function SharedDict:rpop(key) end
+---@return integer? length, string? err
+function SharedDict:llen(key) end
+---@return number? seconds, string? err
+function SharedDict:ttl(key) end
+---@param exptime number
+---@return boolean? ok, string? err
+function SharedDict:expire(key, exptime) end
+function SharedDict:flush_all() end
+---@param max_count? integer
+---@return integer flushed
+function SharedDict:flush_expired(max_count) end
+---@param max_count? integer (default 1024; 0: all)
+---@return string[]
+function SharedDict:get_keys(max_count) end
+---@return integer bytes
+function SharedDict:capacity() end
+---@return integer bytes
+function SharedDict:free_space() end
+
 ---Runs fn(...) in a coroutine, plus every coroutine vmpool.spawn starts inside it, resuming each
 ---when its call completes; sleeps on the pool's completion signal while all wait.
 ---Errors: "vmpool.run: a coroutine failed: <error and traceback>"; vmpool.run inside vmpool.run.
@@ -101,6 +174,11 @@ function Pool:unload(name) end
 ---@return vmpool.Stats
 function Pool:stats() end
 
+---A full garbage collection in every idle state (busy ones are skipped), and the call records
+---kept for reuse freed. Errors: a closed pool.
+---@return integer states the number of states that collected
+function Pool:collect() end
+
 ---Fails queued calls, waits for running calls, closes every state and joins every thread.
 ---Idempotent; garbage collection (and <close> on Lua 5.4) does the same.
 function Pool:close() end
@@ -111,6 +189,7 @@ function Pool:close() end
 ---@field idle integer states free (core + noncore = idle + busy)
 ---@field busy integer states reserved
 ---@field waiting integer calls queued for a state
+---@field threads integer worker threads not yet joined (one per state, plus closed states' until joined)
 ---@field created integer states created since new
 ---@field closed integer states closed since new
 ---@field invokes integer calls accepted for dispatch

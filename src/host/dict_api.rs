@@ -315,7 +315,7 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
     ensure_stack(st, 6)?;
     push_metatable(st);
     let mt = st.top();
-    userdata::push(st, SharedHandle { named }, mt);
+    userdata::push(st, SharedHandle { named }, mt)?;
     Ok(1)
 }
 

@@ -14,6 +14,7 @@ use std::time::Duration;
 use crate::call::{deadline_after, Call};
 use crate::host::call_cache::CallCache;
 use crate::host::pool_api::{push_outcome, PoolHandle};
+use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged, UV_DRIVER};
 use crate::lua::{State, TNUMBER, TTABLE};
 use crate::notify::{Notifier, Subscriber};
@@ -48,7 +49,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
         cache: CallCache::default(),
         tokens: Vec::new(),
     };
-    userdata::push(st, h, UV_DRIVER);
+    userdata::push(st, h, UV_DRIVER)?;
     Ok(1)
 }
 
@@ -125,16 +126,51 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     } else {
         None
     };
-    let mut tokens = std::mem::take(&mut d.tokens);
-    d.notifier.wait(deadline, &mut tokens);
-    for (i, t) in tokens.iter().enumerate() {
-        st.push_integer(*t as i64);
-        st.raw_seti(2, i as i64 + 1);
+    // tokens a failed write left behind are handed out before sleeping again
+    if d.tokens.is_empty() {
+        d.notifier.wait(deadline, &mut d.tokens);
     }
-    let n = tokens.len();
-    tokens.clear();
-    d.tokens = tokens;
+    let tokens = &d.tokens;
+    st.set_top(2);
+    protected(st, 1, || "collecting finished calls".into(), &mut |st| {
+        for (i, t) in tokens.iter().enumerate() {
+            st.push_integer(*t as i64);
+            st.raw_seti(1, i as i64 + 1);
+        }
+        0
+    })?;
+    let n = d.tokens.len();
+    d.tokens.clear();
     st.push_integer(n as i64);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn yieldable => yieldable_impl);
+/// `native._yieldable()`: whether the running coroutine could yield at this point. Lua 5.1 has no
+/// `coroutine.isyieldable` (5.4 and LuaJIT do, and `vmpool.lua` uses theirs): a coroutine cannot
+/// yield once a C function or a metamethod is between it and its resume (`table.sort`'s
+/// comparator, a `gsub` callback, `pcall`), which Lua 5.1 tracks as `nCcalls > baseCcalls`.
+fn yieldable_impl(st: State) -> Result<c_int, Error> {
+    #[cfg(all(feature = "lua51", not(feature = "luajit")))]
+    {
+        // Offsets of `nCcalls` and `baseCcalls` (two `unsigned short`s) in Lua 5.1.5's
+        // `struct lua_State` on 64-bit targets: a GC header (pointer and two bytes), `status`,
+        // then nine pointers and two ints.
+        const N_CCALLS: usize = 96;
+        const BASE_CCALLS: usize = 98;
+        let p = st.as_ptr() as *const u8;
+        // SAFETY: `p` is the running thread's `lua_State` (Lua 5.1.5, the only 5.1 this builds
+        // for, checked at load time by `abi::check_host`); both fields lie inside the struct.
+        let (n, base) = unsafe {
+            (
+                (p.add(N_CCALLS) as *const u16).read_unaligned(),
+                (p.add(BASE_CCALLS) as *const u16).read_unaligned(),
+            )
+        };
+        st.push_bool(n <= base);
+    }
+    #[cfg(not(all(feature = "lua51", not(feature = "luajit"))))]
+    st.push_bool(true);
     Ok(1)
 }
 

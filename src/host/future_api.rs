@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::call::{Call, RUNNING};
 use crate::host::notifier_api::NotifierHandle;
 use crate::host::pool_api::{push_outcome, RESULT_WAIT};
+use crate::host::protect::push_str;
 use crate::host::userdata;
 use crate::lua::{State, TNIL, TNONE, TNUMBER};
 use crate::notify::{PollSignal, Subscriber};
@@ -120,7 +121,8 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
             let seconds = timeout.map_or(f64::INFINITY, |d| d.as_secs_f64());
             st.set_top(0);
             st.push_nil();
-            st.push_str(&Error::WaitTimeout { seconds }.to_string());
+            let message = Error::WaitTimeout { seconds }.to_string();
+            push_str(st, &message, || "reporting a wait timeout".into())?;
             return Ok(2);
         }
     }
@@ -213,6 +215,6 @@ fn tostring_impl(st: State) -> Result<c_int, Error> {
         }
         None => "vmpool.future (finalized)".into(),
     };
-    st.push_str(&text);
+    push_str(st, &text, || "converting a future to a string".into())?;
     Ok(1)
 }

@@ -13,6 +13,7 @@ pub mod ngx_state_api;
 pub mod notifier_api;
 pub mod options;
 pub mod pool_api;
+pub mod protect;
 pub mod userdata;
 
 use std::ffi::c_int;
@@ -89,6 +90,7 @@ const FUNCTIONS: Methods = &[
     ("memory", pool_api::memory),
     ("_notifier", notifier_api::new_notifier),
     ("_driver", driver_api::new_driver),
+    ("_yieldable", driver_api::yieldable),
 ];
 
 crate::lua_function!(fn clock => clock_impl);
@@ -104,7 +106,9 @@ fn clock_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-/// `require "vmpool"`: the body of `luaopen_vmpool`.
+/// `require "vmpool"`: the body of `luaopen_vmpool`. Building the module allocates: it runs
+/// protected, so an error there (out of memory, a finalizer that raises) is a `vmpool:` error of
+/// `require`.
 pub fn open(st: State) -> Result<c_int, Error> {
     crate::abi::check_host()?;
     crate::sys::fork_generation();
@@ -114,7 +118,40 @@ pub fn open(st: State) -> Result<c_int, Error> {
         ));
     }
     st.set_top(0);
-    // slots 1..4: the metatables every function closes over (see userdata.rs)
+    let mut failed: Option<Error> = None;
+    let built = st.protect_detached(&mut |st| match build(st) {
+        Ok(n) => n,
+        Err(e) => {
+            failed = Some(e);
+            0
+        }
+    });
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    match built {
+        Ok(()) => Ok(1),
+        Err(rc) => {
+            let message = (rc != mlua::ffi::LUA_ERRMEM).then(|| protect::describe_error(st, -1));
+            st.pop(1);
+            Err(Error::Host {
+                doing: "opening the module".into(),
+                message,
+            })
+        }
+    }
+}
+
+/// Builds the module table (inside `open`'s protected call) and leaves it on top.
+fn build(st: State) -> Result<c_int, Error> {
+    if !st.check_stack(16) {
+        return Err(Error::Internal(
+            "no Lua stack space to open the module".into(),
+        ));
+    }
+    st.set_top(0);
+    // slots 1..4: the metatables every function closes over, 5: the protected-call runner (see
+    // userdata.rs)
     for name in [
         "vmpool.pool",
         "vmpool.future",
@@ -125,7 +162,8 @@ pub fn open(st: State) -> Result<c_int, Error> {
         st.push_str(name);
         st.raw_set_str(-2, "__name");
     }
-    let native = 5;
+    st.push_cclosure(crate::lua::PROTECTED_RUNNER, 0);
+    let native = 6;
     st.create_table(0, 8);
     let types: [(&str, c_int, Methods, Methods); 4] = [
         ("pool_methods", 1, POOL_METHODS, POOL_META),
@@ -167,7 +205,8 @@ pub fn open(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-/// Sets each function as a closure over the three metatables into the table on top.
+/// Sets each function as a closure over the module's upvalues (slots 1..=NUM_UPVALUES) into the
+/// table on top.
 fn set_closures(st: State, fns: Methods) {
     for &(name, f) in fns {
         for mt in 1..=userdata::NUM_UPVALUES {

@@ -29,6 +29,7 @@ use std::time::Duration;
 use crate::call::{Call, Outcome, RUNNING};
 use crate::host::call_cache::CallCache;
 use crate::host::pool_api::{push_outcome, PoolHandle};
+use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_NOTIFIER};
 use crate::lua::{State, TNUMBER};
 use crate::notify::{BellListener, Doorbell, Notifier, Subscriber};
@@ -111,18 +112,24 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             next_token: 1,
         },
         UV_NOTIFIER,
-    );
+    )?;
     Ok(1)
 }
 
-fn push_tokens(st: State, h: &mut NotifierHandle) -> c_int {
+/// Pushes the collected tokens as an array; if that fails they stay for the next call.
+fn push_tokens(st: State, h: &mut NotifierHandle) -> Result<c_int, Error> {
     st.set_top(0);
-    st.create_table(h.tokens.len().min(1 << 20) as c_int, 0);
-    for (i, t) in h.tokens.drain(..).enumerate() {
-        st.push_number(t as f64);
-        st.raw_seti(-2, i as i64 + 1);
-    }
-    1
+    let tokens = &h.tokens;
+    protected(st, 0, || "collecting finished calls".into(), &mut |st| {
+        st.create_table(tokens.len().min(1 << 20) as c_int, 0);
+        for (i, &t) in tokens.iter().enumerate() {
+            st.push_number(t as f64);
+            st.raw_seti(-2, i as i64 + 1);
+        }
+        1
+    })?;
+    h.tokens.clear();
+    Ok(1)
 }
 
 crate::lua_function!(pub fn wait => wait_impl);
@@ -137,7 +144,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     let mut tokens = std::mem::take(&mut h.tokens);
     h.notifier.wait(deadline, &mut tokens);
     h.tokens = tokens;
-    Ok(push_tokens(st, h))
+    push_tokens(st, h)
 }
 
 crate::lua_function!(pub fn drain => drain_impl);
@@ -146,7 +153,7 @@ fn drain_impl(st: State) -> Result<c_int, Error> {
     let mut tokens = std::mem::take(&mut h.tokens);
     h.notifier.drain(&mut tokens);
     h.tokens = tokens;
-    Ok(push_tokens(st, h))
+    push_tokens(st, h)
 }
 
 crate::lua_function!(pub fn bell_listen => bell_listen_impl);
@@ -170,7 +177,7 @@ fn bell_listen_impl(st: State) -> Result<c_int, Error> {
     })?;
     let path = listener.path().to_string_lossy().into_owned();
     h.listener = Some(listener);
-    st.push_str(&path);
+    push_str(st, &path, || "returning the doorbell path".into())?;
     Ok(1)
 }
 

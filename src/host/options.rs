@@ -5,6 +5,8 @@ use std::ffi::c_int;
 use std::time::Duration;
 
 use crate::config::Config;
+use crate::error::lua_number;
+use crate::host::protect::protected;
 use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
 use crate::Error;
 
@@ -20,6 +22,32 @@ const KNOWN: &[&str] = &[
     "max_waiting",
     "jit",
 ];
+
+/// Largest integer option accepted (besides `math.huge`): every integer up to it is exact in a
+/// Lua float.
+const MAX_COUNT: usize = 1 << 53;
+
+/// Most threads this process may start: the smaller of the kernel's `threads-max` and the soft
+/// `RLIMIT_NPROC`. A larger `core` is refused before any thread starts.
+fn max_threads() -> usize {
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/threads-max")
+        .ok()
+        .and_then(|s| s.trim().parse::<usize>().ok());
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own.
+    let nproc = (unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut rl) } == 0
+        && rl.rlim_cur != libc::RLIM_INFINITY)
+        .then_some(rl.rlim_cur as usize);
+    [kernel, nproc]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(usize::MAX)
+        .min(MAX_COUNT)
+}
 
 /// Reads the options at `idx` (a table, or nil/none for the defaults).
 pub fn parse(st: State, idx: c_int) -> Result<Config, Error> {
@@ -39,8 +67,18 @@ pub fn parse(st: State, idx: c_int) -> Result<Config, Error> {
             "options core = 0 and max_noncore = 0 leave the pool without any state: it needs at least one state (set core >= 1 or max_noncore >= 1)".into(),
         ));
     }
-    read_package_paths(st, &mut cfg);
+    read_package_paths(st, &mut cfg)?;
     Ok(cfg)
+}
+
+/// Pushes `t[name]` (raw) and returns its type. Making the key string allocates: protected.
+fn get_field(st: State, t: c_int, name: &str) -> Result<c_int, Error> {
+    st.push_value(t);
+    protected(st, 1, || "reading the options".into(), &mut |st| {
+        st.raw_get_str(1, name);
+        1
+    })?;
+    Ok(st.type_of(-1))
 }
 
 fn read_table(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
@@ -49,7 +87,7 @@ fn read_table(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
     st.set_top(top);
     result?;
     let jit_given = {
-        let ty = st.raw_get_str(t, "jit");
+        let ty = get_field(st, t, "jit")?;
         st.pop(1);
         ty != TNIL
     };
@@ -86,17 +124,17 @@ fn read_fields(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
         };
         let v = Field { st, name };
         match name {
-            "core" => cfg.core = v.count(false)?,
-            "max_noncore" => cfg.max_noncore = v.count(true)?,
+            "core" => cfg.core = v.count(false, max_threads())?,
+            "max_noncore" => cfg.max_noncore = v.count(true, MAX_COUNT)?,
             "blocking" => cfg.blocking = v.boolean()?,
             "acquire_timeout" => cfg.acquire_timeout = v.seconds()?,
             "idle_timeout" => cfg.idle_timeout = v.seconds()?,
             "init" => cfg.init = Some(v.string()?),
-            "time_limit" => {
-                cfg.time_limit = v.seconds()?.filter(|d| !d.is_zero()).or(v.huge_as_max()?)
+            "time_limit" => cfg.time_limit = v.time_limit()?,
+            "memory_limit" => {
+                cfg.memory_limit = Some(v.count(false, MAX_COUNT)?).filter(|&n| n > 0)
             }
-            "memory_limit" => cfg.memory_limit = Some(v.count(false)?).filter(|&n| n > 0),
-            "max_waiting" => cfg.max_waiting = v.count(true)?,
+            "max_waiting" => cfg.max_waiting = v.count(true, MAX_COUNT)?,
             "jit" => cfg.jit = v.boolean()?,
             _ => unreachable!("checked against KNOWN"),
         }
@@ -127,15 +165,16 @@ impl Field<'_> {
         let n = self.st.to_number(-1);
         if n.is_nan() || n < 0.0 {
             return Err(Error::BadArgument(format!(
-                "option '{}' to vmpool.new must be {expected} (got {n})",
-                self.name
+                "option '{}' to vmpool.new must be {expected} (got {})",
+                self.name,
+                lua_number(n)
             )));
         }
         Ok(n)
     }
 
-    /// A non-negative integer; `math.huge` allowed (as "unlimited") when `huge_ok`.
-    fn count(&self, huge_ok: bool) -> Result<usize, Error> {
+    /// A non-negative integer up to `max`; `math.huge` allowed (as "unlimited") when `huge_ok`.
+    fn count(&self, huge_ok: bool, max: usize) -> Result<usize, Error> {
         let expected = if huge_ok {
             "a non-negative integer or math.huge"
         } else {
@@ -145,30 +184,45 @@ impl Field<'_> {
         if n.is_infinite() && huge_ok {
             return Ok(usize::MAX);
         }
-        if n.is_infinite() || n.fract() != 0.0 || n > usize::MAX as f64 {
+        if n.is_infinite() || n.fract() != 0.0 {
             return Err(Error::BadArgument(format!(
-                "option '{}' to vmpool.new must be {expected} (got {n})",
-                self.name
+                "option '{}' to vmpool.new must be {expected} (got {})",
+                self.name,
+                lua_number(n)
+            )));
+        }
+        if n > max as f64 {
+            let why = if self.name == "core" {
+                " (the threads this system allows: the smaller of kernel.threads-max and RLIMIT_NPROC)"
+            } else {
+                ""
+            };
+            return Err(Error::BadArgument(format!(
+                "option '{}' to vmpool.new must be at most {max}{why} (got {})",
+                self.name,
+                lua_number(n)
             )));
         }
         Ok(n as usize)
     }
 
-    /// Seconds as a duration; `math.huge` is `None` (no limit).
+    /// Seconds as a duration; `None` (forever) for `math.huge` and for anything longer than a
+    /// duration can count (about 5.8e11 years).
     fn seconds(&self) -> Result<Option<Duration>, Error> {
         let n = self.number("a non-negative number of seconds or math.huge")?;
-        if n.is_infinite() {
-            return Ok(None);
-        }
-        Duration::try_from_secs_f64(n)
-            .map(Some)
-            .map_err(|_| self.wrong("a non-negative number of seconds or math.huge"))
+        Ok(Duration::try_from_secs_f64(n).ok())
     }
 
-    /// For `time_limit`: `math.huge` means "no deadline, but keep the hook" (running calls can
-    /// then be interrupted by `fut:cancel()`).
-    fn huge_as_max(&self) -> Result<Option<Duration>, Error> {
-        Ok((self.st.to_number(-1).is_infinite()).then_some(Duration::MAX))
+    /// `time_limit`: 0 is no limit; `math.huge` (or any value too long for a duration) means "no
+    /// deadline, but keep the hook" (running calls can then be interrupted by `fut:cancel()`); a
+    /// positive value too small for a duration is rounded up to 1 ns, never down to "no limit".
+    fn time_limit(&self) -> Result<Option<Duration>, Error> {
+        Ok(match self.seconds()? {
+            None => Some(Duration::MAX),
+            Some(d) if d.is_zero() && self.st.to_number(-1) > 0.0 => Some(Duration::from_nanos(1)),
+            Some(d) if d.is_zero() => None,
+            Some(d) => Some(d),
+        })
     }
 
     fn boolean(&self) -> Result<bool, Error> {
@@ -188,19 +242,25 @@ impl Field<'_> {
 
 /// Children get the host's `package.path` and `package.cpath`, so `require` in `init` finds what
 /// the host finds.
-fn read_package_paths(st: State, cfg: &mut Config) {
+fn read_package_paths(st: State, cfg: &mut Config) -> Result<(), Error> {
     let top = st.top();
-    if st.check_stack(3) {
+    let result = (|| {
+        if !st.check_stack(3) {
+            return Ok(());
+        }
         st.push_globals();
-        if st.raw_get_str(-1, "package") == TTABLE {
-            if st.raw_get_str(-1, "path") == TSTRING {
+        if get_field(st, -1, "package")? == TTABLE {
+            let package = st.top();
+            if get_field(st, package, "path")? == TSTRING {
                 cfg.package_path = st.to_bytes(-1).map(|b| b.to_vec());
             }
             st.pop(1);
-            if st.raw_get_str(-1, "cpath") == TSTRING {
+            if get_field(st, package, "cpath")? == TSTRING {
                 cfg.package_cpath = st.to_bytes(-1).map(|b| b.to_vec());
             }
         }
-    }
+        Ok(())
+    })();
     st.set_top(top);
+    result
 }

@@ -6,10 +6,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::call::{Call, Outcome};
+use crate::call::Call;
 use crate::chunk::Chunk;
 use crate::host::call_cache::CallCache;
 use crate::host::future_api::FutureHandle;
+use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_FUTURE, UV_POOL};
 use crate::lua::State;
 use crate::pool::Pool;
@@ -89,6 +90,7 @@ impl PoolHandle {
             .to_bytes(base + 1)
             .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
         let chunk = self.chunk(name)?;
+        reserve_encoding_stack(st, base + 2)?;
         let cache = match cache {
             Some(c) => c,
             None => &mut self.cache,
@@ -125,6 +127,28 @@ impl PoolHandle {
     }
 }
 
+/// Stack slots that encoding nested tables needs: two per level and the encoder's margin.
+const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
+
+/// Encoding table arguments grows the stack, which raises "not enough memory" on Lua 5.1 and
+/// LuaJIT when it cannot: make that room first, protected, if any argument from `first` on is a
+/// table (the encoder's own checks then find it there).
+fn reserve_encoding_stack(st: State, first: c_int) -> Result<(), Error> {
+    if !(first..=st.top()).any(|i| st.type_of(i) == crate::lua::TTABLE) {
+        return Ok(());
+    }
+    protected(
+        st,
+        0,
+        || "making stack room for the arguments".into(),
+        &mut |st| {
+            st.check_stack(ENCODE_STACK);
+            0
+        },
+    )
+    .map(|_| ())
+}
+
 /// "bad argument #`position` to `method`" for the value at stack slot `idx`.
 pub fn bad_arg(st: State, idx: c_int, position: c_int, method: &str, expected: &str) -> Error {
     Error::BadArgument(format!(
@@ -134,20 +158,43 @@ pub fn bad_arg(st: State, idx: c_int, position: c_int, method: &str, expected: &
     ))
 }
 
-/// Pushes the results of a finished call (or returns its error).
+/// Pushes the results of a finished call (or returns its error). No lock is held while the
+/// results are pushed, and pushing runs protected: allocating them can run finalizers, which may
+/// raise or wait on this very call.
 pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
-    let d = call.data.lock();
-    match &d.outcome {
-        Outcome::Ok => value::push_values(st, &d.buf)
-            .map_err(|c| Error::Internal(format!("cannot decode results: {}", c.0))),
-        Outcome::Err(e) => Err(e.clone()),
-        Outcome::Pending => Err(Error::Internal(
-            "outcome read before the call finished".into(),
-        )),
-        Outcome::Collected => Err(Error::Internal(
-            "a garbage collection read as a call".into(),
-        )),
+    let buf = match call.result() {
+        Some(Ok(buf)) => buf,
+        Some(Err(e)) => return Err(e.clone()),
+        None => {
+            return Err(Error::Internal(
+                "outcome read before the call finished".into(),
+            ))
+        }
+    };
+    let mut corrupt = None;
+    let n = protected(
+        st,
+        0,
+        || format!("receiving the results of {}", call_name(call)),
+        &mut |st| match value::push_values(st, buf) {
+            Ok(n) => n,
+            Err(c) => {
+                corrupt = Some(c.0);
+                0
+            }
+        },
+    )?;
+    match corrupt {
+        None => Ok(n),
+        Some(what) => Err(Error::Internal(format!("cannot decode results: {what}"))),
     }
+}
+
+/// `chunk:function` of a call, for messages.
+fn call_name(call: &Call) -> String {
+    let d = call.data.lock();
+    let chunk = d.chunk.as_ref().map_or("?", |c| c.name.as_str());
+    format!("{chunk}:{}", String::from_utf8_lossy(&d.func))
 }
 
 fn handle<'a>(st: State) -> Result<&'a mut PoolHandle, Error> {
@@ -172,7 +219,7 @@ fn new_pool_impl(st: State) -> Result<c_int, Error> {
         closed: false,
         poll: None,
     };
-    userdata::push(st, h, UV_POOL);
+    userdata::push(st, h, UV_POOL)?;
     Ok(1)
 }
 
@@ -240,11 +287,20 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     let call = h.prepare(st, "submit")?;
     st.set_top(0);
-    if let Err(e) = h.pool.submit(call.clone()) {
+    // The future comes first: if it cannot be created, nothing was submitted that nobody holds.
+    if let Err(e) = userdata::push(
+        st,
+        FutureHandle::new(call.clone(), h.pool.clone()),
+        UV_FUTURE,
+    ) {
         h.recycle(call);
         return Err(e);
     }
-    userdata::push(st, FutureHandle::new(call, h.pool.clone()), UV_FUTURE);
+    if let Err(e) = h.pool.submit(call.clone()) {
+        userdata::finalize::<FutureHandle>(st, -1);
+        h.recycle(call);
+        return Err(e);
+    }
     Ok(1)
 }
 
@@ -253,7 +309,6 @@ fn stats_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     h.pool.check_process()?;
     let s = h.pool.stats();
-    st.create_table(0, 14);
     let fields: [(&str, u64); 14] = [
         ("core", s.core as u64),
         ("noncore", s.noncore as u64),
@@ -270,11 +325,14 @@ fn stats_impl(st: State) -> Result<c_int, Error> {
         ("timeouts", s.timeouts),
         ("cancelled", s.cancelled),
     ];
-    for (k, v) in fields {
-        st.push_number(v as f64);
-        st.raw_set_str(-2, k);
-    }
-    Ok(1)
+    protected(st, 0, || "building the stats table".into(), &mut |st| {
+        st.create_table(0, fields.len() as c_int);
+        for &(k, v) in &fields {
+            st.push_integer(v as i64);
+            st.raw_set_str(-2, k);
+        }
+        1
+    })
 }
 
 crate::lua_function!(pub fn collect => collect_impl);
@@ -303,21 +361,31 @@ crate::lua_function!(pub fn memory => memory_impl);
 fn memory_impl(st: State) -> Result<c_int, Error> {
     let t = crate::state_heap::totals();
     st.set_top(0);
-    st.create_table(0, 3);
-    for (k, v) in [
+    let fields = [
         ("states", t.states),
         ("bytes", t.bytes),
         ("blocks", t.blocks),
-    ] {
-        st.push_integer(v as i64);
-        st.raw_set_str(-2, k);
-    }
-    Ok(1)
+    ];
+    protected(st, 0, || "building the memory table".into(), &mut |st| {
+        st.create_table(0, fields.len() as c_int);
+        for &(k, v) in &fields {
+            st.push_integer(v as i64);
+            st.raw_set_str(-2, k);
+        }
+        1
+    })
 }
 
 crate::lua_function!(pub fn close => close_impl);
 fn close_impl(st: State) -> Result<c_int, Error> {
-    if let Some(h) = userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
+    let boxed = userdata::get::<PoolHandle>(st, 1).ok_or_else(|| {
+        Error::BadArgument(format!(
+            "bad argument #1 to 'close': expected a pool, got {} (call it as pool:close(), with a colon)",
+            st.type_name(1)
+        ))
+    })?;
+    // a pool already finalized (seen again through resurrection) is closed: nothing to do
+    if let Some(h) = boxed.get() {
         h.closed = true;
         h.last_chunk = None;
         h.cache.clear();
@@ -350,6 +418,6 @@ fn tostring_impl(st: State) -> Result<c_int, Error> {
         }
         _ => "vmpool.pool (closed)".to_string(),
     };
-    st.push_str(&text);
+    push_str(st, &text, || "converting a pool to a string".into())?;
     Ok(1)
 }

@@ -2,8 +2,7 @@
 //!
 //! Every C function of the module is a closure over the same upvalues: the metatables of the
 //! pool, future, notifier and driver types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`],
-//! [`UV_DRIVER`]), used to create
-//! objects. Checking an argument's type does not push anything: a block of exactly our size that
+//! [`UV_DRIVER`]), used to create objects, and the runner of protected calls ([`UV_PROTECT`]). Checking an argument's type does not push anything: a block of exactly our size that
 //! starts with the type's 64-bit tag (a random constant) is ours. Only the module writes those
 //! tags; the metatable is protected (`__metatable`), so Lua code cannot swap it either.
 
@@ -18,7 +17,9 @@ pub const UV_POOL: c_int = ffi::lua_upvalueindex(1);
 pub const UV_FUTURE: c_int = ffi::lua_upvalueindex(2);
 pub const UV_NOTIFIER: c_int = ffi::lua_upvalueindex(3);
 pub const UV_DRIVER: c_int = ffi::lua_upvalueindex(4);
-pub const NUM_UPVALUES: c_int = 4;
+/// [`crate::lua::PROTECTED_RUNNER`], for [`crate::lua::State::protect`].
+pub const UV_PROTECT: c_int = ffi::lua_upvalueindex(5);
+pub const NUM_UPVALUES: c_int = 5;
 
 /// The block a userdata holds. `live` turns false once `__gc` dropped the value: Lua may still
 /// hand a finalized object to a method (resurrection), which then sees it as closed.
@@ -47,20 +48,34 @@ impl<T> Boxed<T> {
 }
 
 /// Pushes a new userdata holding `value`, with the metatable at `mt` (usually an upvalue index).
-pub fn push<T: Tagged>(st: State, value: T, mt: c_int) {
+/// Allocating it may raise (out of memory, a finalizer): that runs protected, and then `value` is
+/// dropped and the error returned.
+pub fn push<T: Tagged>(st: State, value: T, mt: c_int) -> Result<(), crate::Error> {
     const { assert!(std::mem::align_of::<Boxed<T>>() <= MAX_ALIGN) };
-    let p = st.new_userdata(std::mem::size_of::<Boxed<T>>()) as *mut Boxed<T>;
-    // SAFETY: Lua returned a fresh block of the requested size with at least `MAX_ALIGN`
-    // alignment (checked above for `T`).
-    unsafe {
-        p.write(Boxed {
-            tag: T::TAG,
-            live: true,
-            value: ManuallyDrop::new(value),
-        })
-    };
+    let mut block: *mut Boxed<T> = std::ptr::null_mut();
+    // the metatable goes in as an argument: upvalue indices mean nothing inside the protected call
     st.push_value(mt);
-    st.set_metatable(-2);
+    crate::host::protect::protected(st, 1, || "creating a vmpool object".into(), &mut |st| {
+        let p = st.new_userdata(std::mem::size_of::<Boxed<T>>()) as *mut Boxed<T>;
+        // SAFETY: Lua returned a fresh block of the requested size with at least `MAX_ALIGN`
+        // alignment (checked above for `T`). Marked dead until the value is written, so a
+        // finalizer never sees it half-made.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).tag).write(T::TAG);
+            std::ptr::addr_of_mut!((*p).live).write(false);
+        }
+        block = p;
+        st.push_value(1);
+        st.set_metatable(-2);
+        1
+    })?;
+    // SAFETY: `block` is the userdata now on top of the stack (alive), with its header written
+    // and its value slot uninitialized; writing the value and then `live` completes it.
+    unsafe {
+        std::ptr::addr_of_mut!((*block).value).write(ManuallyDrop::new(value));
+        std::ptr::addr_of_mut!((*block).live).write(true);
+    }
+    Ok(())
 }
 
 /// The `Boxed<T>` at `idx` if it is one.

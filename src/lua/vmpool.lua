@@ -7,7 +7,9 @@ local native = ...
 local coroutine_running, coroutine_yield = coroutine.running, coroutine.yield
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
 local unpack = table.unpack or unpack -- luacheck: ignore 143
-local select, setmetatable, error, tostring = select, setmetatable, error, tostring
+local select, setmetatable, error, tostring, type, pcall = select, setmetatable, error, tostring, type, pcall
+-- whether the running coroutine can yield here (Lua 5.1 asks the native side)
+local isyieldable = coroutine.isyieldable or native._yieldable
 
 local M = {
   _VERSION = native._VERSION,
@@ -24,6 +26,7 @@ local M = {
 
 local Pool = native.pool_methods
 local Future = native.future_methods
+local pool_invoke, pool_submit = Pool.invoke, Pool.submit
 
 --- cqueues' polling protocol: a future can be passed to cqueues.poll.
 function Future:events() return "r" end -- luacheck: ignore 212
@@ -63,14 +66,24 @@ function Driver:spawn(fn, ...)
   return co
 end
 
+-- An error value as text, even if its __tostring raises.
+local function describe(e)
+  local fine, text = pcall(tostring, e)
+  if fine and type(text) == "string" then
+    return text
+  end
+  return "(error object is a " .. type(e) .. " value whose __tostring failed)"
+end
+
 -- After resuming `co`, when it did not simply yield to wait for a call.
 function Driver:stepped(co, ok, first)
   if coroutine_status(co) == "dead" then
     self.live = self.live - 1
     driver_of[co] = nil
     if not ok then
-      local tb = debug and debug.traceback and debug.traceback(co, tostring(first)) or tostring(first)
-      error("vmpool.run: a coroutine failed: " .. tb, 0)
+      local text = describe(first)
+      local tb = debug and debug.traceback and debug.traceback(co, text) or text
+      error("vmpool: a coroutine in vmpool.run failed: " .. tb, 0)
     end
   elseif first ~= WAIT then
     self.ready[#self.ready + 1] = co
@@ -80,9 +93,20 @@ end
 --- pool:co_invoke(chunk, fn, ...): like invoke, but yields the running coroutine while the call
 --- runs (under vmpool.run, or a scheduler set as vmpool.awaiter). Outside a coroutine, or in a
 --- coroutine no scheduler drives, it blocks like invoke.
+---
+--- Where the coroutine cannot yield (a table.sort comparator, a string.gsub callback, a metamethod
+--- on 5.1, pcall on 5.1), the call is made as a blocking invoke: nothing is submitted that the
+--- coroutine could not wait for.
 function Pool:co_invoke(chunk, fn, ...)
+  if type(self) ~= "userdata" then
+    error("vmpool: bad argument #1 to 'co_invoke': expected a pool, got " .. type(self)
+      .. " (call it as pool:co_invoke(...), with a colon)", 2)
+  end
   local co = coroutine_running()
   local d = driver_of[co]
+  if d and not isyieldable() then
+    return pool_invoke(self, chunk, fn, ...)
+  end
   if d then
     -- under vmpool.run: submitted natively (no future object); the coroutine yields until the
     -- call's token comes back from native_wait
@@ -95,15 +119,15 @@ function Pool:co_invoke(chunk, fn, ...)
   if host then
     return host(self, chunk, fn, ...)
   end
-  if in_coroutine() then
+  if in_coroutine() and isyieldable() then
     local awaiter = M.awaiter
     if awaiter then
-      local fut = self:submit(chunk, fn, ...)
+      local fut = pool_submit(self, chunk, fn, ...)
       awaiter(fut)
       return fut:wait()
     end
   end
-  return self:invoke(chunk, fn, ...)
+  return pool_invoke(self, chunk, fn, ...)
 end
 
 --- vmpool.run(fn, ...): runs fn(...) in a coroutine, plus every coroutine vmpool.spawn starts,
@@ -147,7 +171,12 @@ function M.run(fn, ...)
         local waiter = waiting[t]
         if waiter then
           waiting[t] = nil
-          queue[#queue + 1] = waiter
+          if coroutine_status(waiter) == "suspended" then
+            queue[#queue + 1] = waiter
+          else
+            -- its coroutine is gone (resumed by someone else and finished): drop the result
+            pcall(native_result, d.native, t)
+          end
         end
       end
     end

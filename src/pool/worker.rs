@@ -260,9 +260,13 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
                     child = c;
                     pool.replaced();
                 }
-                Err(_) => {
-                    // cannot rebuild: the pool stays one state smaller
+                Err(e) => {
+                    // cannot rebuild: the pool stays one state smaller, and the caller hears why
                     pool.retire(core, Retire::Lost(ended));
+                    let outcome = match outcome {
+                        Outcome::Err(limit) => Outcome::Err(limit.not_replaced(&e)),
+                        other => other,
+                    };
                     call.finish(outcome);
                     return;
                 }

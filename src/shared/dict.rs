@@ -176,11 +176,20 @@ pub struct Dict {
     skew: AtomicU64,
 }
 
-/// Nanoseconds on the monotonic clock since the first call, at least 1 (0 means "never").
+/// Nanoseconds on the monotonic clock, at least 1 (0 means "never"). Read from the system clock
+/// each time: no shared start value, so no first-use race for ThreadSanitizer to report.
 fn monotonic_ns() -> u64 {
-    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    let start = *START.get_or_init(std::time::Instant::now);
-    start.elapsed().as_nanos().min(u64::MAX as u128 / 2) as u64 + 1
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+        .min(u64::MAX / 2)
+        + 1
 }
 
 /// Converts a TTL in seconds into nanoseconds (0 = never; the caller checked it is not negative

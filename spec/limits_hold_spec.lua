@@ -1,0 +1,97 @@
+-- Limits that must hold where they used to leak (issue 10, section 4): init under the pool's
+-- limits, positive time limits that round to zero, sizes the system cannot give, and more results
+-- than can cross. Cases that would hang without the fix run in a fresh interpreter with a bound.
+local vmpool = require "vmpool"
+local Sub = require "spec.support.subprocess"
+local Gate = require "spec.support.gate"
+
+local IS_LUAJIT = vmpool.runtime == "LuaJIT"
+local JIT_OFF = IS_LUAJIT and ", jit = false" or ""
+
+local function run(body)
+  local out, status, killed = Sub.run("io.stdout:setvbuf('no') local vmpool = require 'vmpool'\n" .. body,
+    { timeout = 20 })
+  assert.is_false(killed, "the script hung (killed at the bound):\n" .. out)
+  assert.are.equal(0, status, "the script did not exit cleanly:\n" .. out)
+  return out
+end
+
+describe("init under the pool's limits", function()
+  it("an init that never ends fails vmpool.new once time_limit has passed", function()
+    local out = run((
+      [[print(pcall(vmpool.new, { core = 1, time_limit = 0.2, init = "while true do end" JIT_OFF }))]]
+    ):gsub("JIT_OFF", JIT_OFF))
+    assert.matches("false\tvmpool: the init code failed in a new state: it ran longer than time_limit = "
+      .. "0.2s (make init faster or raise time_limit)", out, 1, true)
+  end)
+
+  it("a non-core state whose init outlasts time_limit fails the call it was started for", function()
+    local out = run(([[
+      local pool = vmpool.new { core = 0, max_noncore = 1, time_limit = 0.2, init = "while true do end" JIT_OFF }
+      pool:compile("c", "return { f = function() return 1 end }")
+      print(pcall(pool.invoke, pool, "c", "f"))
+      local s = pool:stats()
+      print("stats", s.invokes, s.errors, s.core + s.noncore, s.busy)
+      pool:close()
+    ]]):gsub("JIT_OFF", JIT_OFF))
+    assert.matches("false\tvmpool: the init code failed in a new state: it ran longer than time_limit = 0.2s",
+      out, 1, true)
+    assert.matches("stats\t1\t1\t0\t0", out, 1, true)
+  end)
+
+  it("an init that allocates past memory_limit fails vmpool.new with that limit in the message", function()
+    local ok, err = pcall(vmpool.new, { core = 1, memory_limit = 4000000,
+      init = "local t = {} for i = 1, 1e7 do t[i] = i end" })
+    assert.is_false(ok)
+    assert.matches("^vmpool: the init code failed in a new state: it needed more than memory_limit = 4000000 bytes",
+      err)
+  end)
+end)
+
+describe("time_limit values", function()
+  it("a positive time_limit too small to count still limits (1e-10 is not 'no limit')", function()
+    local out = run(([[
+      local pool = vmpool.new { core = 1, time_limit = 1e-10 JIT_OFF }
+      pool:compile("c", "return { spin = function() while true do end end }")
+      print(pcall(pool.invoke, pool, "c", "spin"))
+      pool:close()
+    ]]):gsub("JIT_OFF", JIT_OFF))
+    assert.matches("false\tvmpool: time limit exceeded: c:spin", out, 1, true)
+  end)
+end)
+
+describe("pool sizes the system cannot give", function()
+  for _, core in ipairs { 1e9, 2 ^ 64 } do
+    it(("core = %.14g is refused by vmpool.new at once, with the limit, before any thread starts"):format(core),
+      function()
+        local before = Gate.threads()
+        local ok, err = pcall(vmpool.new, { core = core })
+        assert.is_false(ok)
+        assert.matches("^vmpool: option 'core' to vmpool.new must be at most %d+ %(the threads this system "
+          .. "allows: the smaller of kernel.threads%-max and RLIMIT_NPROC%) %(got " .. ("%.14g"):format(core)
+            :gsub("%+", "%%+") .. "%)$", err)
+        assert.are.equal(before, Gate.threads())
+      end)
+  end
+end)
+
+describe("results that cannot cross", function()
+  it("a call returning more values than the host can take is refused by name and counted as an error",
+    function()
+      local pool = vmpool.new { core = 1 }
+      pool:compile("c", "return { many = function(n) local t = {} for i = 1, n do t[i] = i end "
+        .. "return (table.unpack or unpack)(t, 1, n) end }")
+      local ok, err = pcall(pool.invoke, pool, "c", "many", 7990)
+      local s = pool:stats()
+      pool:close()
+      if vmpool.runtime == "Lua 5.4" then
+        assert.is_true(ok, err) -- 5.4 hosts take up to 900,000
+        assert.are.equal(1, s.succeeded)
+      else
+        assert.is_false(ok)
+        assert.are.equal("vmpool: cannot pass the results of 'many': it returned 7990 values, more than the "
+          .. "7900 that can cross at once on " .. vmpool.runtime .. " (return them in a table)", err)
+        assert.are.same({ 0, 1 }, { s.succeeded, s.errors })
+      end
+    end)
+end)

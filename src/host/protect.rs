@@ -1,0 +1,65 @@
+//! Everything host code does in the host's Lua state that may raise a Lua error (allocating can
+//! run out of memory, and it can run `__gc` finalizers, which may raise) runs through
+//! [`protected`]: inside a protected call, with no lock held, so the error comes back as a
+//! `vmpool:` error of the running method instead of jumping over Rust frames (which skips their
+//! destructors and lock releases on PUC Lua and aborts the process on LuaJIT, where Lua errors
+//! are foreign exceptions Rust cannot catch).
+
+use std::ffi::c_int;
+
+use mlua::ffi;
+
+use crate::host::userdata::UV_PROTECT;
+use crate::lua::State;
+use crate::Error;
+
+/// Runs `f` protected (see [`State::protect`]) with the runner every host function closes over.
+/// `doing` says what `f` was for, for the error message ("receiving the results of c:f").
+///
+/// `f` must hold no Rust value with a destructor while it calls Lua, and its caller no lock that
+/// Lua code run meanwhile (a finalizer) might need.
+pub fn protected(
+    st: State,
+    nargs: c_int,
+    doing: impl FnOnce() -> String,
+    f: &mut dyn FnMut(State) -> c_int,
+) -> Result<c_int, Error> {
+    match st.protect(UV_PROTECT, nargs, f) {
+        Ok(n) => Ok(n),
+        Err(rc) => {
+            let message = (rc != ffi::LUA_ERRMEM).then(|| describe_error(st, -1));
+            st.pop(1);
+            Err(Error::Host {
+                doing: doing(),
+                message,
+            })
+        }
+    }
+}
+
+/// The error value at `idx` as the standalone interpreter would show it: a string or number as
+/// is, else its type.
+pub fn describe_error(st: State, idx: c_int) -> String {
+    match st.type_of(idx) {
+        crate::lua::TSTRING => String::from_utf8_lossy(st.string_bytes(idx)).into_owned(),
+        crate::lua::TNUMBER => match st.to_integer_exact(idx) {
+            Some(i) => i.to_string(),
+            None => format_number(st.to_number(idx)),
+        },
+        _ => format!("(error object is a {} value)", st.type_name(idx)),
+    }
+}
+
+/// A float the way Lua's `%.14g` prints it (`1e+300`, `nan`, `inf`, `0.5`).
+pub fn format_number(n: f64) -> String {
+    crate::error::lua_number(n)
+}
+
+/// Pushes a copy of `s`.
+pub fn push_str(st: State, s: &str, doing: impl FnOnce() -> String) -> Result<(), Error> {
+    protected(st, 0, doing, &mut |st| {
+        st.push_str(s);
+        1
+    })
+    .map(|_| ())
+}
