@@ -21,11 +21,10 @@ use std::time::{Duration, Instant};
 use mlua::ffi;
 
 use crate::call::{Call, Job, Outcome};
-use crate::chunk::Chunk;
+use crate::chunk::{Chunk, Chunks};
 use crate::config::Config;
 use crate::error::lua_number;
 use crate::lua::{State, TFUNCTION, TNIL, TTABLE};
-use crate::pool::Pool;
 use crate::state_heap::OwnedState;
 use crate::value::{self, Role};
 use crate::Error;
@@ -351,10 +350,10 @@ end
 
     /// Runs `call` (which is RUNNING and owned by this worker). Returns its outcome and whether
     /// the state must be replaced (a limit was hit).
-    pub fn run(&mut self, pool: &Pool, call: &Arc<Call>) -> (Outcome, bool) {
-        let epoch = pool.chunk_epoch.load(Ordering::Acquire);
+    pub fn run(&mut self, chunks: &Chunks, call: &Arc<Call>) -> (Outcome, bool) {
+        let epoch = chunks.epoch();
         if epoch != self.chunk_epoch {
-            self.drop_stale_chunks(pool);
+            self.drop_stale_chunks(chunks);
             self.chunk_epoch = epoch;
         }
         // Take what the call needs out of it and let go of its lock: the caller may need the
@@ -374,7 +373,7 @@ end
         let (outcome, replace) = match chunk {
             Some(chunk) => {
                 self.arm(call);
-                let result = match self.ensure_loaded(pool, &chunk) {
+                let result = match self.ensure_loaded(chunks, &chunk) {
                     Ok(kept) => {
                         let result = self.call(&chunk, &mut buf);
                         if !kept {
@@ -445,7 +444,7 @@ end
     /// Loads `chunk` unless this state has it. Returns whether the state keeps it: a version
     /// already replaced when it is first loaded (its call was submitted before the recompile)
     /// runs once and is forgotten, since the log of removals has gone past it.
-    fn ensure_loaded(&mut self, pool: &Pool, chunk: &Chunk) -> Result<bool, (Outcome, bool)> {
+    fn ensure_loaded(&mut self, chunks: &Chunks, chunk: &Chunk) -> Result<bool, (Outcome, bool)> {
         if self.loaded.ids.contains(&chunk.id) {
             return Ok(true);
         }
@@ -470,7 +469,7 @@ end
             st.set_top(BASE);
             return Err(f);
         }
-        let kept = pool.chunks.lock().contains_id(chunk.id);
+        let kept = chunks.registry().contains_id(chunk.id);
         if kept {
             self.loaded.ids.insert(chunk.id);
         }
@@ -479,8 +478,8 @@ end
 
     /// Forgets the loaded versions the registry no longer has: those removed since this state
     /// last looked (O(1) per recompile), or, if it fell too far behind, a check of each.
-    fn drop_stale_chunks(&mut self, pool: &Pool) {
-        let registry = pool.chunks.lock();
+    fn drop_stale_chunks(&mut self, chunks: &Chunks) {
+        let registry = chunks.registry();
         let st = self.st;
         let forget = |id: u64| forget_chunk(st, id);
         let loaded = &mut self.loaded;

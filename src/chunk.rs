@@ -10,6 +10,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use parking_lot::{Mutex, MutexGuard};
+
 use crate::lua::State;
 use crate::Error;
 
@@ -50,6 +52,46 @@ impl Chunk {
             name: name.to_string(),
             bytecode: bytecode.into_boxed_slice(),
         })
+    }
+}
+
+/// A pool's chunks: the registry, and an epoch that moves whenever it changes, so that a state
+/// can tell with one atomic load that it has nothing to drop. Every change goes through here, so
+/// the epoch cannot be forgotten.
+#[derive(Default)]
+pub struct Chunks {
+    registry: Mutex<Registry>,
+    epoch: AtomicU64,
+}
+
+impl Chunks {
+    /// Registers a chunk (replacing the version of that name, if any).
+    pub fn insert(&self, chunk: Arc<Chunk>) {
+        self.registry.lock().insert(chunk);
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Unregisters the chunk of that name; false if there was none.
+    pub fn remove(&self, name: &[u8]) -> bool {
+        let removed = self.registry.lock().remove(name);
+        if removed {
+            self.epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        removed
+    }
+
+    /// The chunk registered under `name`.
+    pub fn get(&self, name: &[u8]) -> Option<Arc<Chunk>> {
+        self.registry.lock().get(name).cloned()
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// The registry, for a state that reads what was removed.
+    pub fn registry(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock()
     }
 }
 

@@ -35,10 +35,8 @@ fn pool(cfg: Config, chunks: &[(&str, &str)]) -> Arc<Pool> {
     let pool = Pool::new(cfg).expect("pool starts");
     for (name, src) in chunks {
         let chunk = Chunk::compile(h.st, name, src.as_bytes()).expect("compiles");
-        pool.chunks.lock().insert(Arc::new(chunk));
+        pool.chunks.insert(Arc::new(chunk));
     }
-    pool.chunk_epoch
-        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     pool
 }
 
@@ -46,7 +44,7 @@ fn call(pool: &Pool, chunk: &str, func: &str, args: &[Value]) -> Arc<Call> {
     let mut c = Call::default();
     {
         let d = c.data.get_mut();
-        d.chunk = pool.chunks.lock().get(chunk.as_bytes()).cloned();
+        d.chunk = pool.chunks.get(chunk.as_bytes());
         d.func.extend_from_slice(func.as_bytes());
         encode_rust(args, &mut d.buf);
     }

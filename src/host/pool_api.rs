@@ -2,7 +2,6 @@
 //! `pool:unload`, `pool:stats`, `pool:close`.
 
 use std::ffi::c_int;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -51,7 +50,7 @@ impl PoolHandle {
     }
 
     fn chunk(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
-        let epoch = self.pool.chunk_epoch.load(Ordering::Acquire);
+        let epoch = self.pool.chunks.epoch();
         if let Some((e, c)) = &self.last_chunk {
             if *e == epoch && c.name.as_bytes() == name {
                 return Ok(c.clone());
@@ -60,9 +59,7 @@ impl PoolHandle {
         let chunk = self
             .pool
             .chunks
-            .lock()
             .get(name)
-            .cloned()
             .ok_or_else(|| Error::UnknownChunk(String::from_utf8_lossy(name).into_owned()))?;
         self.last_chunk = Some((epoch, chunk.clone()));
         Ok(chunk)
@@ -242,8 +239,7 @@ fn compile_impl(st: State) -> Result<c_int, Error> {
         .to_bytes(3)
         .ok_or_else(|| bad_arg(st, 3, 2, "compile", "Lua source (string)"))?;
     let chunk = Arc::new(Chunk::compile(st, &name, source)?);
-    h.pool.chunks.lock().insert(chunk);
-    h.pool.chunk_epoch.fetch_add(1, Ordering::AcqRel);
+    h.pool.chunks.insert(chunk);
     st.push_bool(true);
     Ok(1)
 }
@@ -255,9 +251,8 @@ fn unload_impl(st: State) -> Result<c_int, Error> {
     let name = st
         .to_bytes(2)
         .ok_or_else(|| bad_arg(st, 2, 1, "unload", "a chunk name (string)"))?;
-    let removed = h.pool.chunks.lock().remove(name);
+    let removed = h.pool.chunks.remove(name);
     if removed {
-        h.pool.chunk_epoch.fetch_add(1, Ordering::AcqRel);
         h.last_chunk = None;
     }
     st.push_bool(removed);

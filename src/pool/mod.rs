@@ -15,7 +15,6 @@ pub mod housekeeper;
 pub mod ledger;
 pub mod worker;
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -23,7 +22,7 @@ use std::time::Instant;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::call::{Call, Outcome};
-use crate::chunk::Registry;
+use crate::chunk::Chunks;
 use crate::config::Config;
 use crate::mailbox::Mailbox;
 use crate::Error;
@@ -46,9 +45,7 @@ pub struct Pool {
     wake_housekeeper: Condvar,
     /// Signalled when the last worker thread exits.
     all_exited: Condvar,
-    pub chunks: Mutex<Registry>,
-    /// Moves whenever `chunks` changes, so states know to drop versions no longer registered.
-    pub chunk_epoch: AtomicU64,
+    pub chunks: Chunks,
     fork_generation: u64,
     pid: u32,
     /// The CPU the host thread last waited on a result from (see `sys::move_off_cpu`); only
@@ -79,8 +76,7 @@ impl Pool {
             config,
             wake_housekeeper: Condvar::new(),
             all_exited: Condvar::new(),
-            chunks: Mutex::new(Registry::default()),
-            chunk_epoch: AtomicU64::new(0),
+            chunks: Chunks::default(),
             fork_generation: crate::sys::fork_generation(),
             pid: crate::sys::pid(),
             poll: Mutex::new(None),

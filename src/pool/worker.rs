@@ -236,7 +236,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         // queued calls arrive already RUNNING; posted ones are claimed here (or were cancelled)
         let runnable = call.phase() == RUNNING || call.transition(ASSIGNED, RUNNING);
         let (outcome, replace) = if runnable {
-            child.run(pool, &call)
+            child.run(&pool.chunks, &call)
         } else {
             (Outcome::Pending, false)
         };

@@ -36,10 +36,8 @@ pub fn compile(pool: &Pool, chunks: &[(&str, &str)]) {
     let h = host();
     for (name, src) in chunks {
         let chunk = Chunk::compile(h.st, name, src.as_bytes()).expect("compiles");
-        pool.chunks.lock().insert(Arc::new(chunk));
+        pool.chunks.insert(Arc::new(chunk));
     }
-    pool.chunk_epoch
-        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
 }
 
 pub fn pool(cfg: Config, chunks: &[(&str, &str)]) -> Arc<Pool> {
@@ -52,7 +50,7 @@ pub fn call(pool: &Pool, chunk: &str, func: &str, args: &[Value]) -> Arc<Call> {
     let mut c = Call::default();
     {
         let d = c.data.get_mut();
-        d.chunk = pool.chunks.lock().get(chunk.as_bytes()).cloned();
+        d.chunk = pool.chunks.get(chunk.as_bytes());
         d.func.extend_from_slice(func.as_bytes());
         encode_rust(args, &mut d.buf);
     }
