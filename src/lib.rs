@@ -11,13 +11,16 @@
 //!   the C API) and encodes them with [`value`].
 //! - [`call`]: one call's record and the phases it moves through (queued, assigned, running,
 //!   done), with exactly one outcome.
-//! - [`pool`]: the bookkeeping behind the sizing options in [`config`]: core states, non-core
-//!   states up to `max_noncore`, blocking or failing when all are busy, the waiting queue and the
-//!   counters of `pool:stats()`. [`housekeeper`] is the idle check.
-//! - [`worker`]: one OS thread per state, fed through a [`mailbox`]; waiting on either side spins
-//!   briefly and adaptively before parking ([`spin`]).
-//! - [`child`]: the child Lua state itself: chunk loading, the call trampoline, tracebacks, and
-//!   the hook behind `time_limit` and cancellation.
+//! - [`pool`]: the front (`Pool`: new, submit, cancel, collect, close, stats) over the sizing
+//!   options in [`config`]. [`pool::ledger`] holds every count (core states, non-core states up to
+//!   `max_noncore`, idle and busy, the waiting queue, the counters of `pool:stats()`) and is the
+//!   only code that changes them; [`pool::housekeeper`] is the idle check.
+//! - [`pool::worker`]: one OS thread per state, fed through a [`mailbox`]; waiting on either side
+//!   spins briefly and adaptively before parking ([`spin`]). It tells the pool what happened
+//!   through `release`, `retire`, `replaced` and `worker_exited`.
+//! - [`child`]: the child Lua state itself, created with vmpool's counting allocator
+//!   ([`state_heap`]): chunk loading (from [`chunk::Chunks`], which owns its epoch), the call
+//!   trampoline, tracebacks, and the hook behind `time_limit` and cancellation.
 //! - [`notify`]: completion queues and file descriptors that let schedulers (`vmpool.run`,
 //!   OpenResty, cqueues, luv) sleep until a call finishes.
 //! - [`shared`]: `vmpool.shared`, the process-wide dictionaries with `ngx.shared.DICT`'s API that
