@@ -35,13 +35,13 @@ local function public_keys(t)
   return keys
 end
 
-local function assert_all(kind, names, is_declared)
+local function assert_all(kind, names, is_declared, where)
   local missing = {}
   for _, name in ipairs(names) do
     if not is_declared(name) then missing[#missing + 1] = name end
   end
   assert(#names > 0, "found no " .. kind .. " to check")
-  assert(#missing == 0, "types/vmpool.lua lacks " .. kind .. ": " .. table.concat(missing, ", "))
+  assert(#missing == 0, (where or "types/vmpool.lua") .. " lacks " .. kind .. ": " .. table.concat(missing, ", "))
 end
 
 describe("the editor annotations (types/vmpool.lua)", function()
@@ -84,6 +84,16 @@ describe("the editor annotations (types/vmpool.lua)", function()
     local options = {}
     for name in list:gmatch("[%w_]+") do options[#options + 1] = name end
     assert_all("vmpool.new options", options, function(k) return fields["vmpool.Options"][k] end)
+  end)
+
+  it("and so does the README's option table", function()
+    local _, err = pcall(vmpool.new, { no_such_option = 1 })
+    local list = assert(err:match("known options: ([%w_, ]+)%)"), "no option list in: " .. err)
+    local readme = read("README.md")
+    local options = {}
+    for name in list:gmatch("[%w_]+") do options[#options + 1] = name end
+    assert_all("rows of the vmpool.new option table", options,
+      function(k) return readme:find("\n| `" .. k .. "` |", 1, true) end, "README.md")
   end)
 
   -- vmpool.ngx exists only inside nginx: read its exports from its source instead

@@ -1,5 +1,6 @@
 //! Pool options: every option, its default and what it means. `vmpool.new{...}` fills this from a
-//! Lua table (see `host/options.rs`); the README's option table is generated from the same words.
+//! Lua table (see `host/options.rs`). The README's option table and `types/vmpool.lua` say the same
+//! (written by hand); spec/annotations_spec.lua fails when an option is missing from either.
 
 use std::time::Duration;
 

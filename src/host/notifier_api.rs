@@ -224,7 +224,7 @@ fn pending_impl(st: State) -> Result<c_int, Error> {
 }
 
 crate::lua_function!(pub fn next_token => next_token_impl);
-/// `notifier:_token()`: a token for `fut:_subscribe` that no `_submitter` call will use.
+/// `notifier:_token()`: a token for `fut:_subscribe` that no `notifier:_submit` call will use.
 fn next_token_impl(st: State) -> Result<c_int, Error> {
     let t = handle(st)?.token();
     st.push_number(t as f64);

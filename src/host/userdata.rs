@@ -4,7 +4,10 @@
 //! pool, future, notifier and driver types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`],
 //! [`UV_DRIVER`]), used to create objects, and the runner of protected calls ([`UV_PROTECT`]). Checking an argument's type does not push anything: a block of exactly our size that
 //! starts with the type's 64-bit tag (a random constant) is ours. Only the module writes those
-//! tags; the metatable is protected (`__metatable`), so Lua code cannot swap it either.
+//! tags, and the check does not look at the metatable: Lua code may read it (`getmetatable`,
+//! which the OpenResty adapter and the annotation spec use) or swap it with
+//! `debug.setmetatable`, and a vmpool object is still recognised as what it is, and nothing else
+//! passes for one.
 
 use std::ffi::c_int;
 use std::mem::ManuallyDrop;
