@@ -40,6 +40,7 @@ report: deps
 
 lint: deps
 	cargo fmt --check
+	python3 scripts/module-cycles.py
 	cargo clippy --all-targets --locked -- -D warnings
 	luacheck --quiet spec examples bench src/lua rockspec types .busted
 	for r in rockspec/*.rockspec; do luarocks lint "$$r" || exit 1; done

@@ -550,6 +550,10 @@ pub fn type_name(t: c_int) -> &'static str {
     }
 }
 
+/// The upvalue slot where every host closure keeps [`PROTECTED_RUNNER`] (the module's closures
+/// are built over the same upvalues: see `host::userdata`).
+pub const RUNNER_UPVALUE: c_int = ffi::lua_upvalueindex(5);
+
 /// The C function [`State::protect`] calls under `lua_pcall`: it runs the Rust closure whose
 /// address is its first argument on the remaining arguments.
 pub const PROTECTED_RUNNER: ffi::lua_CFunction = c_function(protected_runner);
@@ -626,7 +630,7 @@ pub fn run_protected(state: State, f: fn(State) -> Result<c_int, crate::Error>) 
     };
     // Pushing the message allocates: protected where the function has the runner (every host
     // function does). If even that fails, the error it raised (out of memory) is raised instead.
-    let runner = crate::host::userdata::UV_PROTECT;
+    let runner = RUNNER_UPVALUE;
     if state.type_of(runner) == TFUNCTION {
         let _ = state.protect(runner, 0, &mut |st| {
             st.push_str(&msg);

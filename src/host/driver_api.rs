@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::call::{deadline_after, Call};
 use crate::host::call_cache::CallCache;
-use crate::host::pool_api::{push_outcome, PoolHandle};
+use crate::host::call_io::{push_outcome, PoolHandle};
 use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged, UV_DRIVER};
 use crate::lua::{State, TNUMBER, TTABLE};
@@ -105,7 +105,7 @@ fn result_impl(st: State) -> Result<c_int, Error> {
     d.free.push(slot as u32);
     if !call.is_done() {
         // resumed early (by user code): wait for it rather than hand out nothing
-        crate::host::pool_api::RESULT_WAIT.with(|spin| call.wait(None, spin));
+        crate::host::call_io::RESULT_WAIT.with(|spin| call.wait(None, spin));
     }
     st.set_top(0);
     let results = push_outcome(st, &call);

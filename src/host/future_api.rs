@@ -1,6 +1,7 @@
 //! Futures: what `pool:submit` returns. `fut:ready()`, `fut:wait([timeout])`, `fut:cancel()`, and
 //! the hooks schedulers use: `fut:pollfd()` / `fut:events()` / `fut:timeout()` (cqueues' polling
-//! protocol, also usable with luv's `uv.new_poll`) and `fut:_subscribe(notifier, token)`.
+//! protocol, also usable with luv's `uv.new_poll`). `fut:_subscribe(notifier, token)` is the
+//! notifier's (`notifier_api`), with the rest of the subscription code.
 
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
@@ -8,8 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::call::{Call, RUNNING};
-use crate::host::notifier_api::NotifierHandle;
-use crate::host::pool_api::{push_outcome, RESULT_WAIT};
+use crate::host::call_io::{push_outcome, RESULT_WAIT};
 use crate::host::protect::push_str;
 use crate::host::userdata;
 use crate::lua::{State, TNIL, TNONE, TNUMBER};
@@ -42,7 +42,7 @@ impl FutureHandle {
         }
     }
 
-    fn call(&self) -> &Call {
+    pub(super) fn call(&self) -> &Call {
         self.call.as_deref().expect("a live future holds its call")
     }
 
@@ -76,7 +76,7 @@ impl Drop for FutureHandle {
     }
 }
 
-fn handle<'a>(st: State) -> Result<&'a mut FutureHandle, Error> {
+pub(super) fn handle<'a>(st: State) -> Result<&'a mut FutureHandle, Error> {
     userdata::get::<FutureHandle>(st, 1)
         .and_then(|b| b.get())
         .ok_or_else(|| {
@@ -170,27 +170,6 @@ fn pollfd_impl(st: State) -> Result<c_int, Error> {
             .fd(),
     };
     st.push_integer(fd as i64);
-    Ok(1)
-}
-
-crate::lua_function!(pub fn subscribe => subscribe_impl);
-fn subscribe_impl(st: State) -> Result<c_int, Error> {
-    let f = handle(st)?;
-    let notifier = userdata::get::<NotifierHandle>(st, 2)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
-            Error::BadArgument("bad argument #1 to '_subscribe': expected a notifier".into())
-        })?
-        .notifier
-        .clone();
-    if st.type_of(3) != TNUMBER {
-        return Err(Error::BadArgument(
-            "bad argument #2 to '_subscribe': expected a token (number)".into(),
-        ));
-    }
-    let token = st.to_number(3) as u64;
-    let subscribed = f.call().subscribe(Subscriber::Queue { notifier, token });
-    st.push_bool(subscribed);
     Ok(1)
 }
 

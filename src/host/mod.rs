@@ -4,6 +4,7 @@
 //! that also loads the adapter in `src/lua/ngx.lua` (`vmpool.ngx`).
 
 pub mod call_cache;
+pub mod call_io;
 #[cfg(feature = "count-alloc")]
 pub mod count_alloc;
 pub mod dict_api;
@@ -53,7 +54,7 @@ const FUTURE_METHODS: Methods = &[
     ("wait", future_api::wait),
     ("cancel", future_api::cancel),
     ("pollfd", future_api::pollfd),
-    ("_subscribe", future_api::subscribe),
+    ("_subscribe", notifier_api::subscribe_future),
 ];
 const FUTURE_META: Methods = &[
     ("__gc", future_api::gc),

@@ -28,7 +28,8 @@ use std::time::Duration;
 
 use crate::call::{Call, Outcome, RUNNING};
 use crate::host::call_cache::CallCache;
-use crate::host::pool_api::{push_outcome, PoolHandle};
+use crate::host::call_io::{push_outcome, PoolHandle};
+use crate::host::future_api;
 use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_NOTIFIER};
 use crate::lua::{State, TNUMBER};
@@ -396,4 +397,27 @@ crate::lua_function!(pub fn gc => gc_impl);
 fn gc_impl(st: State) -> Result<c_int, Error> {
     userdata::finalize::<NotifierHandle>(st, 1);
     Ok(0)
+}
+
+crate::lua_function!(pub fn subscribe_future => subscribe_future_impl);
+/// `fut:_subscribe(notifier, token)` -> whether it subscribed (false: the call is done already):
+/// the notifier queues `token` when the future's call finishes.
+fn subscribe_future_impl(st: State) -> Result<c_int, Error> {
+    let f = future_api::handle(st)?;
+    let notifier = userdata::get::<NotifierHandle>(st, 2)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument("bad argument #1 to '_subscribe': expected a notifier".into())
+        })?
+        .notifier
+        .clone();
+    if st.type_of(3) != TNUMBER {
+        return Err(Error::BadArgument(
+            "bad argument #2 to '_subscribe': expected a token (number)".into(),
+        ));
+    }
+    let token = st.to_number(3) as u64;
+    let subscribed = f.call().subscribe(Subscriber::Queue { notifier, token });
+    st.push_bool(subscribed);
+    Ok(1)
 }

@@ -1,198 +1,20 @@
 //! The pool object the host sees: `vmpool.new`, `pool:compile`, `pool:invoke`, `pool:submit`,
-//! `pool:unload`, `pool:stats`, `pool:close`.
+//! `pool:unload`, `pool:stats`, `pool:collect`, `pool:close`, and `vmpool.memory()`. The handle
+//! and the call I/O they share live in `call_io`.
 
 use std::ffi::c_int;
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::call::Call;
 use crate::chunk::Chunk;
 use crate::host::call_cache::CallCache;
+use crate::host::call_io::{bad_arg, push_outcome, PoolHandle, RESULT_WAIT};
 use crate::host::future_api::FutureHandle;
 use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_FUTURE, UV_POOL};
 use crate::lua::State;
 use crate::pool::Pool;
-use crate::spin::AdaptiveSpin;
-use crate::value::{self, Role};
+use crate::value;
 use crate::Error;
-
-/// Most a blocking caller spins for a result before parking.
-const RESULT_SPIN: Duration = Duration::from_micros(50);
-
-thread_local! {
-    /// The host thread's spin budget for waiting on results (one per OS thread, shared by its pools).
-    pub static RESULT_WAIT: AdaptiveSpin = AdaptiveSpin::new(RESULT_SPIN, false);
-}
-
-/// What the pool userdata holds.
-pub struct PoolHandle {
-    pub pool: Arc<Pool>,
-    /// The chunk named by the last call, valid while the registry epoch is unchanged.
-    last_chunk: Option<(u64, Arc<Chunk>)>,
-    /// Finished calls kept for reuse, so a call allocates nothing in the steady state.
-    cache: CallCache,
-    closed: bool,
-    pub poll: Option<Arc<crate::notify::PollSignal>>,
-    encoder: value::Encoder,
-}
-
-impl userdata::Tagged for PoolHandle {
-    const TAG: u64 = 0x766d_706f_6f6c_0001;
-}
-
-impl PoolHandle {
-    fn check(&self) -> Result<(), Error> {
-        if self.closed {
-            return Err(Error::Closed);
-        }
-        self.pool.check_process()
-    }
-
-    fn chunk(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
-        let epoch = self.pool.chunks.epoch();
-        if let Some((e, c)) = &self.last_chunk {
-            if *e == epoch && c.name.as_bytes() == name {
-                return Ok(c.clone());
-            }
-        }
-        let chunk = self
-            .pool
-            .chunks
-            .get(name)
-            .ok_or_else(|| Error::UnknownChunk(String::from_utf8_lossy(name).into_owned()))?;
-        self.last_chunk = Some((epoch, chunk.clone()));
-        Ok(chunk)
-    }
-
-    /// Builds a call from `pool:METHOD(chunk, fn, ...)` arguments at stack slots 2.. .
-    pub fn prepare(&mut self, st: State, method: &str) -> Result<Arc<Call>, Error> {
-        self.prepare_with(st, 2, method, None)
-    }
-
-    /// Builds a call from arguments `chunk, fn, ...` starting at stack slot `base`, in a call
-    /// record taken from `cache` (this pool's own if `None`; given back to it on error).
-    pub fn prepare_with(
-        &mut self,
-        st: State,
-        base: c_int,
-        method: &str,
-        cache: Option<&mut CallCache>,
-    ) -> Result<Arc<Call>, Error> {
-        self.check()?;
-        let name = st
-            .to_bytes(base)
-            .ok_or_else(|| bad_arg(st, base, 1, method, "a chunk name (string)"))?;
-        let func = st
-            .to_bytes(base + 1)
-            .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
-        let chunk = self.chunk(name)?;
-        reserve_encoding_stack(st, base + 2)?;
-        let cache = match cache {
-            Some(c) => c,
-            None => &mut self.cache,
-        };
-        let mut call = cache.take(Some(&self.pool));
-        let encoded = match Arc::get_mut(&mut call) {
-            Some(c) => {
-                let d = c.data.get_mut();
-                d.func.extend_from_slice(func);
-                d.chunk = Some(chunk);
-                let first = base + 2;
-                self.encoder.encode(
-                    st,
-                    first,
-                    st.top() - first + 1,
-                    &mut d.buf,
-                    Role::Argument(func),
-                )
-            }
-            None => Err(Error::Internal("a spare call was shared".into())),
-        };
-        match encoded {
-            Ok(()) => Ok(call),
-            Err(e) => {
-                cache.put(call);
-                Err(e)
-            }
-        }
-    }
-
-    /// Gives a finished call back for reuse.
-    pub fn recycle(&mut self, call: Arc<Call>) {
-        self.cache.put(call);
-    }
-}
-
-/// Stack slots that encoding nested tables needs: two per level and the encoder's margin.
-const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
-
-/// Encoding table arguments grows the stack, which raises "not enough memory" on Lua 5.1 and
-/// LuaJIT when it cannot: make that room first, protected, if any argument from `first` on is a
-/// table (the encoder's own checks then find it there).
-fn reserve_encoding_stack(st: State, first: c_int) -> Result<(), Error> {
-    if !(first..=st.top()).any(|i| st.type_of(i) == crate::lua::TTABLE) {
-        return Ok(());
-    }
-    protected(
-        st,
-        0,
-        || "making stack room for the arguments".into(),
-        &mut |st| {
-            st.check_stack(ENCODE_STACK);
-            0
-        },
-    )
-    .map(|_| ())
-}
-
-/// "bad argument #`position` to `method`" for the value at stack slot `idx`.
-pub fn bad_arg(st: State, idx: c_int, position: c_int, method: &str, expected: &str) -> Error {
-    Error::BadArgument(format!(
-        "bad argument #{} to '{method}': expected {expected}, got {}",
-        position,
-        st.type_name(idx)
-    ))
-}
-
-/// Pushes the results of a finished call (or returns its error). No lock is held while the
-/// results are pushed, and pushing runs protected: allocating them can run finalizers, which may
-/// raise or wait on this very call.
-pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
-    let buf = match call.result() {
-        Some(Ok(buf)) => buf,
-        Some(Err(e)) => return Err(e.clone()),
-        None => {
-            return Err(Error::Internal(
-                "outcome read before the call finished".into(),
-            ))
-        }
-    };
-    let mut corrupt = None;
-    let n = protected(
-        st,
-        0,
-        || format!("receiving the results of {}", call_name(call)),
-        &mut |st| match value::push_values(st, buf) {
-            Ok(n) => n,
-            Err(c) => {
-                corrupt = Some(c.0);
-                0
-            }
-        },
-    )?;
-    match corrupt {
-        None => Ok(n),
-        Some(what) => Err(Error::Internal(format!("cannot decode results: {what}"))),
-    }
-}
-
-/// `chunk:function` of a call, for messages.
-fn call_name(call: &Call) -> String {
-    let d = call.data.lock();
-    let chunk = d.chunk.as_ref().map_or("?", |c| c.name.as_str());
-    format!("{chunk}:{}", String::from_utf8_lossy(&d.func))
-}
 
 fn handle<'a>(st: State) -> Result<&'a mut PoolHandle, Error> {
     userdata::get::<PoolHandle>(st, 1)

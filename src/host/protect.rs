@@ -9,8 +9,7 @@ use std::ffi::c_int;
 
 use mlua::ffi;
 
-use crate::host::userdata::UV_PROTECT;
-use crate::lua::State;
+use crate::lua::{State, RUNNER_UPVALUE as UV_PROTECT};
 use crate::Error;
 
 /// Runs `f` protected (see [`State::protect`]) with the runner every host function closes over.

@@ -21,7 +21,7 @@ pub const UV_FUTURE: c_int = ffi::lua_upvalueindex(2);
 pub const UV_NOTIFIER: c_int = ffi::lua_upvalueindex(3);
 pub const UV_DRIVER: c_int = ffi::lua_upvalueindex(4);
 /// [`crate::lua::PROTECTED_RUNNER`], for [`crate::lua::State::protect`].
-pub const UV_PROTECT: c_int = ffi::lua_upvalueindex(5);
+pub const UV_PROTECT: c_int = crate::lua::RUNNER_UPVALUE;
 pub const NUM_UPVALUES: c_int = 5;
 
 /// The block a userdata holds. `live` turns false once `__gc` dropped the value: Lua may still
