@@ -159,11 +159,4 @@ impl Registry {
         Some(self.removed.iter().skip(skip as usize).copied())
     }
 
-    pub fn len(&self) -> usize {
-        self.by_name.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
-    }
 }

@@ -177,12 +177,6 @@ impl State {
     }
 
     #[inline]
-    pub fn raw_equal(self, a: c_int, b: c_int) -> bool {
-        // SAFETY: as for `top`.
-        unsafe { ffi::lua_rawequal(self.0, a, b) != 0 }
-    }
-
-    #[inline]
     pub fn push_nil(self) {
         // SAFETY: as for `top`; callers checked the stack space.
         unsafe { ffi::lua_pushnil(self.0) }
@@ -514,12 +508,6 @@ impl State {
         unsafe {
             ffi::lua_gc(self.0, ffi::LUA_GCCOLLECT, 0);
         }
-    }
-
-    /// Kilobytes in use by this state (Lua's own count).
-    pub fn gc_count_kb(self) -> usize {
-        // SAFETY: as for `push_nil`.
-        unsafe { ffi::lua_gc(self.0, ffi::LUA_GCCOUNT, 0).max(0) as usize }
     }
 
     /// Raises the message on top of the stack as a Lua error.
