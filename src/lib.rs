@@ -28,6 +28,9 @@
 //! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
 //!   check at load time, and fork detection.
 //!
+//! `docs/architecture.md` is the map: one paragraph per module, and the path of a call and of a
+//! wake-up through them.
+//!
 //! Build one cargo feature per runtime (`lua51`, `lua52`, `lua53`, `lua54`, `luajit`) plus `module` for the loadable
 //! library; without `module` the crate links the system Lua, which is how `cargo test` runs.
 
