@@ -158,5 +158,4 @@ impl Registry {
         let skip = since.checked_sub(self.trimmed)?;
         Some(self.removed.iter().skip(skip as usize).copied())
     }
-
 }

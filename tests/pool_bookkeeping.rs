@@ -2,77 +2,15 @@
 //! `stats()` reports. Lua values are built with `value::Value`, chunks compiled in a host state
 //! that mlua creates (these tests link the system Lua, no `module` feature).
 
-use std::sync::Arc;
+mod support;
+
 use std::time::{Duration, Instant};
 
-use vmpool::call::Call;
-use vmpool::chunk::Chunk;
+use support::{call, config, pool, wait};
 use vmpool::config::Config;
-use vmpool::lua::State;
 use vmpool::pool::Pool;
-use vmpool::spin::AdaptiveSpin;
-use vmpool::value::{decode_values, encode_rust, RustSink, Value};
+use vmpool::value::Value;
 use vmpool::Error;
-
-struct Host {
-    _lua: mlua::Lua,
-    st: State,
-}
-
-fn host() -> Host {
-    let lua = mlua::Lua::new();
-    let mut raw = std::ptr::null_mut();
-    // SAFETY: copies out the main state's pointer; `Host` keeps the `Lua` alive and uses the
-    // state on this thread only.
-    unsafe { lua.exec_raw::<()>((), |l| raw = l) }.unwrap();
-    // SAFETY: see above.
-    let st = unsafe { State::from_raw(raw) };
-    Host { _lua: lua, st }
-}
-
-fn pool(cfg: Config, chunks: &[(&str, &str)]) -> Arc<Pool> {
-    let h = host();
-    let pool = Pool::new(cfg).expect("pool starts");
-    for (name, src) in chunks {
-        let chunk = Chunk::compile(h.st, name, src.as_bytes()).expect("compiles");
-        pool.chunks.insert(Arc::new(chunk));
-    }
-    pool
-}
-
-fn call(pool: &Pool, chunk: &str, func: &str, args: &[Value]) -> Arc<Call> {
-    let mut c = Call::default();
-    {
-        let d = c.data.get_mut();
-        d.chunk = pool.chunks.get(chunk.as_bytes());
-        d.func.extend_from_slice(func.as_bytes());
-        encode_rust(args, &mut d.buf);
-    }
-    Arc::new(c)
-}
-
-fn wait(c: &Call) -> Result<Vec<Value>, Error> {
-    let spin = AdaptiveSpin::new(Duration::from_micros(20), false);
-    assert!(
-        c.wait(Some(Instant::now() + Duration::from_secs(10)), &spin),
-        "call finished in time"
-    );
-    match c.result().expect("a finished call has an outcome") {
-        Ok(buf) => {
-            let mut sink = RustSink::default();
-            decode_values(buf, &mut sink).expect("results decode");
-            Ok(sink.into_values())
-        }
-        Err(e) => Err(e.clone()),
-    }
-}
-
-fn config(core: usize) -> Config {
-    Config {
-        core,
-        ..Config::default()
-    }
-}
 
 const UTIL: &str =
     "return { echo = function(...) return ... end, fail = function(m) error(m, 0) end,
