@@ -51,26 +51,60 @@
 )))]
 compile_error!("select a Lua runtime: --features lua51, lua52, lua53, lua54 or luajit");
 
-pub mod abi;
-pub mod call;
-pub mod child;
-pub mod chunk;
-pub mod config;
-pub mod error;
-pub mod host;
+// `host` (and `abi`, which it calls) are reached only through `luaopen_vmpool`, which exists in
+// the loadable-module build; the Rust tests build without it.
+#[cfg_attr(not(feature = "module"), allow(dead_code))]
+pub(crate) mod abi;
+pub(crate) mod call;
+pub(crate) mod child;
+pub(crate) mod chunk;
+pub(crate) mod config;
+pub(crate) mod error;
+#[cfg_attr(not(feature = "module"), allow(dead_code))]
+pub(crate) mod host;
 #[cfg(feature = "count-alloc")]
-pub mod leak;
-pub mod lua;
-pub mod mailbox;
-pub mod notify;
-pub mod pool;
-pub mod shared;
-pub mod spin;
-pub mod state_heap;
-pub mod sys;
-pub mod value;
+pub(crate) mod leak;
+pub(crate) mod lua;
+pub(crate) mod mailbox;
+pub(crate) mod notify;
+pub(crate) mod pool;
+pub(crate) mod shared;
+pub(crate) mod spin;
+pub(crate) mod state_heap;
+pub(crate) mod sys;
+pub(crate) mod value;
 
 pub use error::{Error, Result};
+
+/// What the Rust tests (`tests/`), the fuzz targets (`fuzz/`) and the benchmarks reach inside the
+/// crate. Not an API: the library's interface is the Lua module.
+#[doc(hidden)]
+pub mod testing {
+    pub mod call {
+        pub use crate::call::*;
+    }
+    pub mod chunk {
+        pub use crate::chunk::*;
+    }
+    pub mod config {
+        pub use crate::config::*;
+    }
+    pub mod lua {
+        pub use crate::lua::*;
+    }
+    pub mod pool {
+        pub use crate::pool::*;
+    }
+    pub mod shared {
+        pub use crate::shared::*;
+    }
+    pub mod spin {
+        pub use crate::spin::*;
+    }
+    pub mod value {
+        pub use crate::value::*;
+    }
+}
 
 /// The library version (`vmpool._VERSION`).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

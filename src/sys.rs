@@ -19,7 +19,8 @@ mod portable;
 #[cfg(not(all(target_os = "linux", not(feature = "portable-sys"))))]
 pub use portable::{current_cpu, futex_wait, futex_wake, move_off_cpu};
 
-/// Which implementation of the waiting and CPU functions this build uses.
+/// Which implementation of the waiting and CPU functions this build uses (checked by the tests).
+#[cfg(test)]
 pub const IMPLEMENTATION: &str = if cfg!(all(target_os = "linux", not(feature = "portable-sys"))) {
     "linux"
 } else {

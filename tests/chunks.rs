@@ -6,8 +6,8 @@ mod support;
 use std::sync::Arc;
 
 use support::{compile, config, host, pool, submit, wait};
-use vmpool::chunk::{Chunk, Registry};
-use vmpool::value::Value;
+use vmpool::testing::chunk::{Chunk, Registry};
+use vmpool::testing::value::Value;
 use vmpool::Error;
 
 fn chunk(name: &str) -> Arc<Chunk> {

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::*;
-use vmpool::call::{Call, RUNNING};
-use vmpool::config::Config;
-use vmpool::pool::Pool;
-use vmpool::value::Value;
+use vmpool::testing::call::{Call, RUNNING};
+use vmpool::testing::config::Config;
+use vmpool::testing::pool::Pool;
+use vmpool::testing::value::Value;
 use vmpool::Error;
 
 const CHUNK: &str = r#"

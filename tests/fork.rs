@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::*;
-use vmpool::value::Value;
+use vmpool::testing::value::Value;
 use vmpool::Error;
 
 /// Forks; the child runs `child` and exits with its code (no destructors, no atexit handlers).
@@ -77,12 +77,12 @@ fn close_after_fork_returns_even_if_the_pool_lock_was_held_at_fork_time() {
     // on purpose: the idle check takes the pool lock and then a queued call's lock to expire it,
     // so holding that call's lock past its acquire_timeout parks the idle check with the pool
     // lock held.
-    let cfg = vmpool::config::Config {
+    let cfg = vmpool::testing::config::Config {
         core: 1,
         acquire_timeout: Some(Duration::from_millis(20)),
         time_limit: Some(Duration::from_secs(20)),
         jit: false,
-        ..vmpool::config::Config::default()
+        ..vmpool::testing::config::Config::default()
     };
     let p = pool(cfg, &[("u", "function spin() while not stop do end end")]);
     let busy = submit(&p, "u", "spin", &[]);
@@ -125,7 +125,7 @@ fn close_after_fork_returns_even_if_the_pool_lock_was_held_at_fork_time() {
     }
     assert!(lock_held, "the idle check never held the pool lock");
     assert!(matches!(wait(&queued), Err(Error::AcquireTimeout { .. })));
-    assert!(p.cancel(&busy) || busy.phase() == vmpool::call::RUNNING);
+    assert!(p.cancel(&busy) || busy.phase() == vmpool::testing::call::RUNNING);
     busy.interrupt.store(true, Ordering::Relaxed);
     assert!(matches!(wait(&busy), Err(Error::Cancelled)));
     p.close();
@@ -133,7 +133,7 @@ fn close_after_fork_returns_even_if_the_pool_lock_was_held_at_fork_time() {
 
 #[test]
 fn a_shared_dictionary_is_refused_after_fork_and_starts_empty_when_opened_again() {
-    use vmpool::shared::{self, dict::Mode, dict::Scalar, Options};
+    use vmpool::testing::shared::{self, dict::Mode, dict::Scalar, Options};
     let d = shared::open("fork-rs", Options::default()).unwrap();
     d.dict
         .store(Mode::Set, false, b"k", Some(Scalar::Bool(true)), 0, 0)

@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use support::*;
-use vmpool::call::RUNNING;
-use vmpool::config::Config;
-use vmpool::value::Value;
+use vmpool::testing::call::RUNNING;
+use vmpool::testing::config::Config;
+use vmpool::testing::value::Value;
 use vmpool::Error;
 
 const RUNAWAY: &str = r#"
@@ -202,7 +202,7 @@ fn memory_limit_counts_the_arguments_a_state_receives() {
 
 #[test]
 fn memory_limit_below_a_fresh_state_is_refused_by_new() {
-    match vmpool::pool::Pool::new(memory_limited(1, 1000)) {
+    match vmpool::testing::pool::Pool::new(memory_limited(1, 1000)) {
         Err(Error::BadArgument(m)) => {
             assert!(m.contains("memory_limit = 1000 is too small"), "{m}")
         }
@@ -216,7 +216,7 @@ fn s_val(text: &str) -> Value {
 }
 
 /// What `fut:cancel()` does: cancel if not started, else ask the running call to stop.
-fn cancel(p: &vmpool::pool::Pool, c: &vmpool::call::Call) -> bool {
+fn cancel(p: &vmpool::testing::pool::Pool, c: &vmpool::testing::call::Call) -> bool {
     let cancelled = p.cancel(c);
     if !cancelled && c.phase() == RUNNING {
         c.interrupt.store(true, Ordering::Relaxed);

@@ -9,8 +9,8 @@ mod support;
 use std::process::Command;
 
 use support::*;
-use vmpool::config::Config;
-use vmpool::value::Value;
+use vmpool::testing::config::Config;
+use vmpool::testing::value::Value;
 use vmpool::Error;
 
 const LIMIT: usize = 2 * 1024 * 1024;
@@ -29,7 +29,7 @@ function fill()
 end
 "#;
 
-fn full_pool(chunks: &[(&str, &str)]) -> std::sync::Arc<vmpool::pool::Pool> {
+fn full_pool(chunks: &[(&str, &str)]) -> std::sync::Arc<vmpool::testing::pool::Pool> {
     pool(
         Config {
             core: 1,

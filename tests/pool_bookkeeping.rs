@@ -7,9 +7,9 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::{call, config, pool, wait};
-use vmpool::config::Config;
-use vmpool::pool::Pool;
-use vmpool::value::Value;
+use vmpool::testing::config::Config;
+use vmpool::testing::pool::Pool;
+use vmpool::testing::value::Value;
 use vmpool::Error;
 
 const UTIL: &str =

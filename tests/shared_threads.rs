@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use vmpool::shared::dict::{ttl_ns, Dict, Got, Item, Mode, Number, Scalar};
+use vmpool::testing::shared::dict::{ttl_ns, Dict, Got, Item, Mode, Number, Scalar};
 
 #[test]
 fn every_operation_at_once_from_four_threads_keeps_the_dictionary_consistent() {

@@ -9,8 +9,8 @@ mod support;
 use std::ffi::c_int;
 
 use support::*;
-use vmpool::lua::State;
-use vmpool::value::{
+use vmpool::testing::lua::State;
+use vmpool::testing::value::{
     decode_values, encode_rust, encode_values, push_values, Role, RustSink, Value, MAX_DEPTH,
 };
 use vmpool::Error;

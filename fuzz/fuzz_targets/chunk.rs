@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vmpool::chunk::Chunk;
-use vmpool::lua::State;
+use vmpool::testing::chunk::Chunk;
+use vmpool::testing::lua::State;
 use vmpool::Error;
 
 struct States {

@@ -4,8 +4,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vmpool::lua::State;
-use vmpool::value::{decode_values, encode_values, push_values, Role, RustSink};
+use vmpool::testing::lua::State;
+use vmpool::testing::value::{decode_values, encode_values, push_values, Role, RustSink};
 
 struct Host {
     _lua: mlua::Lua,

@@ -34,7 +34,6 @@ pub struct PoolHandle {
     /// Finished calls kept for reuse, so a call allocates nothing in the steady state.
     pub(super) cache: CallCache,
     pub(super) closed: bool,
-    pub poll: Option<Arc<crate::notify::PollSignal>>,
     pub(super) encoder: value::Encoder,
 }
 

@@ -36,7 +36,6 @@ fn new_pool_impl(st: State) -> Result<c_int, Error> {
         cache: CallCache::default(),
         encoder: value::Encoder::default(),
         closed: false,
-        poll: None,
     };
     userdata::push(st, h, UV_POOL)?;
     Ok(1)

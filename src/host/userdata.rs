@@ -2,7 +2,7 @@
 //!
 //! Every C function of the module is a closure over the same upvalues: the metatables of the
 //! pool, future, notifier and driver types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`],
-//! [`UV_DRIVER`]), used to create objects, and the runner of protected calls ([`UV_PROTECT`]). Checking an argument's type does not push anything: a block of exactly our size that
+//! [`UV_DRIVER`]), used to create objects, and the runner of protected calls ([`crate::lua::RUNNER_UPVALUE`]). Checking an argument's type does not push anything: a block of exactly our size that
 //! starts with the type's 64-bit tag (a random constant) is ours. Only the module writes those
 //! tags, and the check does not look at the metatable: Lua code may read it (`getmetatable`,
 //! which the OpenResty adapter and the annotation spec use) or swap it with
@@ -20,8 +20,6 @@ pub const UV_POOL: c_int = ffi::lua_upvalueindex(1);
 pub const UV_FUTURE: c_int = ffi::lua_upvalueindex(2);
 pub const UV_NOTIFIER: c_int = ffi::lua_upvalueindex(3);
 pub const UV_DRIVER: c_int = ffi::lua_upvalueindex(4);
-/// [`crate::lua::PROTECTED_RUNNER`], for [`crate::lua::State::protect`].
-pub const UV_PROTECT: c_int = crate::lua::RUNNER_UPVALUE;
 pub const NUM_UPVALUES: c_int = 5;
 
 /// The block a userdata holds. `live` turns false once `__gc` dropped the value: Lua may still

@@ -5,13 +5,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vmpool::call::Call;
-use vmpool::chunk::Chunk;
-use vmpool::config::Config;
-use vmpool::lua::State;
-use vmpool::pool::{Pool, Stats};
-use vmpool::spin::AdaptiveSpin;
-use vmpool::value::{decode_values, encode_rust, RustSink, Value};
+use vmpool::testing::call::Call;
+use vmpool::testing::chunk::Chunk;
+use vmpool::testing::config::Config;
+use vmpool::testing::lua::State;
+use vmpool::testing::pool::{Pool, Stats};
+use vmpool::testing::spin::AdaptiveSpin;
+use vmpool::testing::value::{decode_values, encode_rust, RustSink, Value};
 use vmpool::Error;
 
 /// A Lua state created by mlua on this thread (these tests link the system Lua).
