@@ -359,9 +359,10 @@ local function phase_error(what, phase)
     .. "the worker on purpose)", what, tostring(phase))
 end
 
---- pool:co_invoke(chunk, fn, ...) inside OpenResty (see vmpool.lua's dispatch). The hot path: one
---- native call submits and subscribes, one takes the results; no future object is made.
-function M._host_co_invoke(pool, chunk, fn, ...)
+--- pool:co_invoke(chunk, fn, ...) inside OpenResty, returned to vmpool.lua with the adapter (see
+--- its dispatch). The hot path: one native call submits and subscribes, one takes the results; no
+--- future object is made.
+local function host_co_invoke(pool, chunk, fn, ...)
   local phase = get_phase()
   if YIELDS[phase] then
     local w = W
@@ -563,4 +564,4 @@ do
   end
 end
 
-return A
+return A, host_co_invoke

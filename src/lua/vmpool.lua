@@ -45,6 +45,10 @@ local driver_of = setmetatable({}, { __mode = "k" })
 local Driver = {}
 Driver.__index = Driver
 
+-- Inside OpenResty, co_invoke outside vmpool.run is src/lua/ngx.lua's, which decides by the
+-- request phase (set below, where the adapter is loaded).
+local host_co_invoke
+
 local function in_coroutine()
   local co, main = coroutine_running()
   if co == nil or main then
@@ -115,9 +119,8 @@ function Pool:co_invoke(chunk, fn, ...)
     coroutine_yield(WAIT)
     return native_result(d.native, token)
   end
-  local host = M._host_co_invoke -- OpenResty (src/lua/ngx.lua): decides by the request phase
-  if host then
-    return host(self, chunk, fn, ...)
+  if host_co_invoke then
+    return host_co_invoke(self, chunk, fn, ...)
   end
   if in_coroutine() and isyieldable() then
     local awaiter = M.awaiter
@@ -197,10 +200,11 @@ function M.spawn(fn, ...)
   d:spawn(fn, ...)
 end
 
--- Inside OpenResty: the adapter of src/lua/ngx.lua (compiled into the library) becomes vmpool.ngx.
+-- Inside OpenResty: the adapter of src/lua/ngx.lua (compiled into the library) becomes vmpool.ngx,
+-- and its co_invoke serves pool:co_invoke outside vmpool.run.
 if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
   local load_text = loadstring or load -- luacheck: ignore 113
-  M.ngx = assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
+  M.ngx, host_co_invoke = assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
 end
 
 return M
