@@ -1,0 +1,87 @@
+//! The count hook behind `time_limit` and cancelling running calls, and what it checks: the
+//! running call's deadline and interrupt flag, shared with the hook through a thread-local
+//! pointer that is set only while a call (or `init`, or a collection) is armed.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use mlua::ffi;
+
+use crate::lua::State;
+use crate::Error;
+
+/// VM instructions between two checks of the time limit and of cancellation.
+pub(super) const HOOK_COUNT: c_int = 1000;
+
+/// What the limit hook checks, shared with it through a thread-local pointer.
+pub(super) struct Limits {
+    pub(super) deadline: Cell<Option<Instant>>,
+    pub(super) interrupt: Cell<*const AtomicBool>,
+    pub(super) tripped: Cell<Trip>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Trip {
+    None,
+    Time,
+    Cancel,
+}
+
+thread_local! {
+    pub(super) static LIMITS: Cell<*const Limits> = const { Cell::new(std::ptr::null()) };
+}
+
+// `tripped()` in a child: whether the running call hit its time limit or was interrupted (the
+// `xpcall` guard asks it; see `Child::guard_xpcall`).
+crate::lua_function!(pub(super) fn LIMIT_TRIPPED => limit_tripped);
+fn limit_tripped(st: State) -> Result<c_int, Error> {
+    let tripped = LIMITS.with(|c| {
+        let p = c.get();
+        // SAFETY: as in `limit_hook`: set only while a call is armed on this thread.
+        !p.is_null() && unsafe { (*p).tripped.get() } != Trip::None
+    });
+    st.push_bool(tripped);
+    Ok(1)
+}
+
+/// The count hook behind `time_limit` and cancelling running calls.
+pub(super) unsafe extern "C-unwind" fn limit_hook(
+    l: *mut ffi::lua_State,
+    _ar: *mut ffi::lua_Debug,
+) {
+    let trip = LIMITS.with(|c| {
+        let p = c.get();
+        if p.is_null() {
+            return Trip::None;
+        }
+        // SAFETY: `LIMITS` points at the running child's `Limits` while a call is armed, and is
+        // reset before that child is dropped; the hook runs on the child's own thread.
+        let lim = unsafe { &*p };
+        if lim.tripped.get() != Trip::None {
+            return lim.tripped.get();
+        }
+        let interrupt = lim.interrupt.get();
+        // SAFETY: the interrupt flag belongs to the call being run, alive while it is armed.
+        if !interrupt.is_null() && unsafe { (*interrupt).load(Ordering::Relaxed) } {
+            lim.tripped.set(Trip::Cancel);
+        } else if lim.deadline.get().is_some_and(|d| Instant::now() >= d) {
+            lim.tripped.set(Trip::Time);
+        }
+        lim.tripped.get()
+    });
+    let msg: &'static str = match trip {
+        Trip::None => return,
+        Trip::Time => "vmpool: time limit exceeded",
+        Trip::Cancel => "vmpool: call was cancelled",
+    };
+    // SAFETY: from now on the hook fires on every instruction, so a script that catches the error
+    // with pcall is stopped again at its next instruction until the error reaches our own
+    // `lua_pcall`. Nothing in this frame has a destructor when `lua_error` jumps out of it.
+    unsafe {
+        ffi::lua_sethook(l, Some(limit_hook), ffi::LUA_MASKCOUNT, 1);
+        ffi::lua_pushlstring(l, msg.as_ptr() as *const c_char, msg.len());
+        ffi::lua_error(l);
+    }
+}
