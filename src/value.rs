@@ -1,6 +1,9 @@
 //! How Lua values cross between states: a compact byte format, an encoder that reads the Lua stack
 //! directly and a decoder that pushes directly onto it.
 //!
+//! Past 600 lines because the format has one definition: the tags, the encoder and the decoder
+//! of both directions (Lua stack and Rust values, for the tests and fuzzing) must change together.
+//!
 //! Host and children always run the same Lua build, so the format only has to round-trip within
 //! one runtime. A message is a `u32` count followed by that many values:
 //!

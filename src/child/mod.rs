@@ -2,6 +2,9 @@
 //! ([`crate::state_heap`]), with the standard libraries, the pool's `init` code and the chunks it
 //! has been asked to run.
 //!
+//! Just past 600 lines: creating, configuring and running a state, and turning failures into
+//! errors, share the stack layout below; the hook and the in-state functions are in submodules.
+//!
 //! Stack layout at rest (the state's main thread): slot 1 the message handler (adds a traceback),
 //! slot 2 the call trampoline (a C closure over slot 3), slot 3 the table of loaded chunks
 //! (`chunk id -> table the chunk returned | false`, `-id -> the chunk's environment`, `0 -> the

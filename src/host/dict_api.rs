@@ -1,6 +1,9 @@
 //! The Lua face of `vmpool.shared` (see `src/shared/`): `vmpool.shared(name [, options])` and
 //! the methods of a dictionary, with the arguments and results of `ngx.shared.DICT`.
 //!
+//! Past 600 lines because each of the dictionary's 21 methods reads and checks its own arguments
+//! the way `ngx.shared.DICT` takes them; the semantics are in `shared/dict.rs`.
+//!
 //! Results follow ngx exactly (`true, nil, forcible`; `false, "no memory", forcible`; `nil,
 //! "not found"`, ...), so code that checks them runs unchanged. Bad input that ngx answers with an
 //! error string or a Lua error (nil, empty or over-long keys, tables as values, negative or NaN

@@ -3,6 +3,8 @@
 //! under its one mutex and calls it, and turns what it returns into actions outside the lock
 //! (starting a worker, posting a call, waking the idle check).
 //!
+//! Past 600 lines with its unit tests, which are half of it.
+//!
 //! The rules, in the order a call meets them ([`Ledger::reserve`]): a free state is taken at once
 //! (core states first, then the most recently used non-core one); else a new state is opened
 //! (a core one if fewer than `core` are alive, else a non-core one within `max_noncore`); else
