@@ -64,8 +64,10 @@ local BOUND = {
   -- and threads. Measured: equal block counts in every run. Two exceptions, hence the bound:
   -- parking_lot sizes its table of parked threads for the most threads ever alive at once and
   -- keeps the old table when it grows it (2 blocks, a few KiB), and more threads may be alive at
-  -- some moment after warm-up than before; and buffers kept may have grown (bytes, not blocks).
-  native_blocks = 2, native_bytes = 8192,
+  -- some moment after warm-up than before; and buffers kept may have grown to a new high-water
+  -- mark (bytes, not blocks: the queue, which also holds cancelled calls until a worker pops
+  -- them, and the thread registry; measured up to 3.5 KiB in 60 s, none of it per call).
+  native_blocks = 2, native_bytes = 16384,
   -- The soak's own bookkeeping in the host (counters, the RSS reports); measured growth 0.4-0.7
   -- KiB.
   host_bytes = 4096,

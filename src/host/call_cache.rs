@@ -56,8 +56,9 @@ impl CallCache {
         }
     }
 
+    /// Frees every call kept, and the lists' buffers.
     pub fn clear(&mut self) {
-        self.spare.clear();
-        self.returning.clear();
+        self.spare = Vec::new();
+        self.returning = Vec::new();
     }
 }
