@@ -10,7 +10,7 @@ use std::ffi::c_int;
 use mlua::ffi;
 
 use crate::host::userdata::UV_PROTECT;
-use crate::lua::State;
+use crate::lua::{State, TFUNCTION};
 use crate::Error;
 
 /// Runs `f` protected (see [`State::protect`]) with the runner every host function closes over.
@@ -62,4 +62,45 @@ pub fn push_str(st: State, s: &str, doing: impl FnOnce() -> String) -> Result<()
         1
     })
     .map(|_| ())
+}
+
+/// How many times [`push_error`] tries to push a message before it gives up. Each try that
+/// failed ran, and so used up, at least one finalizer that raised; a host with more of them due
+/// at once than this gets Lua's own error instead.
+const ERROR_PUSH_TRIES: usize = 8;
+
+/// Pushes `msg`, the error a host function is about to raise, for it to raise. Pushing
+/// allocates, protected where the function has the runner (every host function does): on Lua
+/// 5.1-5.3 that can run a `__gc` finalizer that raises, and then what is pushed is a `vmpool:`
+/// error that says so and quotes `msg` (the call keeps its outcome: a future's error can be
+/// waited for again), tried again until one push gets through. When Lua runs out of memory, or
+/// after [`ERROR_PUSH_TRIES`] failed tries, the error Lua raised is left on top instead.
+pub fn push_error(st: State, msg: &str) {
+    if st.type_of(UV_PROTECT) != TFUNCTION {
+        st.push_str(msg);
+        return;
+    }
+    let mut text: Option<String> = None;
+    for attempt in 1..=ERROR_PUSH_TRIES {
+        let pushing = text.as_deref().unwrap_or(msg);
+        match st.protect(UV_PROTECT, 0, &mut |st| {
+            st.push_str(pushing);
+            1
+        }) {
+            Ok(_) => return,
+            Err(ffi::LUA_ERRMEM) => return,
+            Err(_) if attempt == ERROR_PUSH_TRIES => return,
+            Err(_) => {
+                let raised = describe_error(st, -1);
+                st.pop(1);
+                text = Some(
+                    Error::Host {
+                        doing: format!("reporting another error ({msg})"),
+                        message: Some(raised),
+                    }
+                    .to_string(),
+                );
+            }
+        }
+    }
 }
