@@ -69,11 +69,22 @@ pub fn push_str(st: State, s: &str, doing: impl FnOnce() -> String) -> Result<()
 /// at once than this gets Lua's own error instead.
 const ERROR_PUSH_TRIES: usize = 8;
 
+/// The first line of an error message, at most 200 bytes of it: what the error that replaces it
+/// quotes, short so that pushing it is unlikely to run the collector again.
+fn gist(msg: &str) -> &str {
+    let line = msg.lines().next().unwrap_or("");
+    let mut end = line.len().min(200);
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    &line[..end]
+}
+
 /// Pushes `msg`, the error a host function is about to raise, for it to raise. Pushing
 /// allocates, protected where the function has the runner (every host function does): on Lua
 /// 5.1-5.3 that can run a `__gc` finalizer that raises, and then what is pushed is a `vmpool:`
-/// error that says so and quotes `msg` (the call keeps its outcome: a future's error can be
-/// waited for again), tried again until one push gets through. When Lua runs out of memory, or
+/// error that says so and quotes the start of `msg` (the call keeps its outcome: a future's
+/// error can be waited for again), tried again until one push gets through. When Lua runs out of memory, or
 /// after [`ERROR_PUSH_TRIES`] failed tries, the error Lua raised is left on top instead.
 pub fn push_error(st: State, msg: &str) {
     if st.type_of(UV_PROTECT) != TFUNCTION {
@@ -95,7 +106,7 @@ pub fn push_error(st: State, msg: &str) {
                 st.pop(1);
                 text = Some(
                     Error::Host {
-                        doing: format!("reporting another error ({msg})"),
+                        doing: format!("reporting another error ({})", gist(msg)),
                         message: Some(raised),
                     }
                     .to_string(),
