@@ -19,6 +19,8 @@ use std::ffi::{c_char, c_int, c_void};
 
 use mlua::ffi;
 
+pub mod errors;
+
 pub use ffi::lua_State;
 
 /// Lua type tags, the same numbers on every supported runtime.
@@ -619,17 +621,8 @@ pub fn run_protected(state: State, f: fn(State) -> Result<c_int, crate::Error>) 
             format!("vmpool: internal error (please report it): {what}")
         }
     };
-    // Pushing the message allocates: protected where the function has the runner (every host
-    // function does). If even that fails, the error it raised (out of memory) is raised instead.
-    let runner = RUNNER_UPVALUE;
-    if state.type_of(runner) == TFUNCTION {
-        let _ = state.protect(runner, 0, &mut |st| {
-            st.push_str(&msg);
-            1
-        });
-    } else {
-        state.push_str(&msg);
-    }
+    // Pushing the message allocates, which can fail or run finalizers that raise: see push_error.
+    errors::push_error(state, &msg);
     drop(msg);
     // SAFETY: every Rust value of this frame has been dropped; the caller frame is Lua's.
     unsafe { state.error() }

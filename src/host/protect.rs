@@ -9,6 +9,7 @@ use std::ffi::c_int;
 
 use mlua::ffi;
 
+pub use crate::lua::errors::describe_error;
 use crate::lua::{State, RUNNER_UPVALUE as UV_PROTECT};
 use crate::Error;
 
@@ -34,24 +35,6 @@ pub fn protected(
             })
         }
     }
-}
-
-/// The error value at `idx` as the standalone interpreter would show it: a string or number as
-/// is, else its type.
-pub fn describe_error(st: State, idx: c_int) -> String {
-    match st.type_of(idx) {
-        crate::lua::TSTRING => String::from_utf8_lossy(st.string_bytes(idx)).into_owned(),
-        crate::lua::TNUMBER => match st.to_integer_exact(idx) {
-            Some(i) => i.to_string(),
-            None => format_number(st.to_number(idx)),
-        },
-        _ => format!("(error object is a {} value)", st.type_name(idx)),
-    }
-}
-
-/// A float the way Lua's `%.14g` prints it (`1e+300`, `nan`, `inf`, `0.5`).
-pub fn format_number(n: f64) -> String {
-    crate::error::lua_number(n)
 }
 
 /// Pushes a copy of `s`.

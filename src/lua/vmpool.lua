@@ -8,7 +8,7 @@ local coroutine_running, coroutine_yield = coroutine.running, coroutine.yield
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
 local unpack = table.unpack or unpack -- luacheck: ignore 143
 local select, setmetatable, error, tostring, type, pcall = select, setmetatable, error, tostring, type, pcall
--- whether the running coroutine can yield here (Lua 5.1 asks the native side)
+-- whether the running coroutine can yield here (Lua 5.1 and 5.2 ask the native side)
 local isyieldable = coroutine.isyieldable or native._yieldable
 
 local M = {
