@@ -62,6 +62,7 @@ pub(crate) mod config;
 pub(crate) mod error;
 #[cfg_attr(not(feature = "module"), allow(dead_code))]
 pub(crate) mod host;
+pub(crate) mod int_hash;
 #[cfg(feature = "count-alloc")]
 pub(crate) mod leak;
 pub(crate) mod lua;

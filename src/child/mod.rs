@@ -14,9 +14,7 @@
 //! lands in one place.
 
 use std::cell::Cell;
-use std::collections::HashSet;
 use std::ffi::{c_int, c_void};
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +24,7 @@ use crate::call::{Call, Job, Outcome};
 use crate::chunk::{Chunk, Chunks};
 use crate::config::Config;
 use crate::error::lua_number;
+use crate::int_hash::IntSet;
 use crate::lua::{State, TTABLE};
 use crate::state_heap::OwnedState;
 use crate::value::{self, Role};
@@ -75,26 +74,8 @@ pub struct Child {
 /// and how far it has read the registry's log of removed versions.
 #[derive(Default)]
 struct LoadedChunks {
-    ids: HashSet<u64, BuildHasherDefault<IdHasher>>,
+    ids: IntSet,
     removals_seen: u64,
-}
-
-/// Chunk ids are consecutive integers: one multiplication spreads them well enough.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
 }
 
 /// Passed to the trampoline through a light userdata; plain data only, since a Lua error may jump
@@ -157,7 +138,7 @@ impl Child {
             heap,
             st,
             loaded: LoadedChunks {
-                ids: HashSet::with_capacity_and_hasher(4, Default::default()),
+                ids: IntSet::with_capacity_and_hasher(4, Default::default()),
                 removals_seen: 0,
             },
             chunk_epoch: u64::MAX,

@@ -21,7 +21,6 @@
 
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,6 +31,7 @@ use crate::host::call_io::{push_outcome, PoolHandle};
 use crate::host::future_api;
 use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_NOTIFIER};
+use crate::int_hash::IntMap;
 use crate::lua::{State, TNUMBER};
 use crate::notify::{BellListener, Doorbell, Notifier, Subscriber};
 use crate::pool::{Pool, Posting};
@@ -44,7 +44,7 @@ pub struct NotifierHandle {
     /// Between `_bell_listen` and `_bell_accept`.
     listener: Option<BellListener>,
     /// Calls submitted by `_submit` and not yet taken or dropped.
-    calls: HashMap<u64, InFlight, BuildHasherDefault<TokenHasher>>,
+    calls: IntMap<InFlight>,
     /// Finished call records, for reuse.
     cache: CallCache,
     /// Tokens of deferred calls, in order, until `_flush`.
@@ -64,24 +64,6 @@ struct InFlight {
     pool: Arc<Pool>,
     /// In the outbox (`_defer`), not yet handed to the pool.
     deferred: bool,
-}
-
-/// Tokens are consecutive integers: one multiplication spreads them well enough.
-#[derive(Default)]
-struct TokenHasher(u64);
-
-impl Hasher for TokenHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
 }
 
 impl NotifierHandle {
