@@ -396,7 +396,11 @@ end }
   local dogs = ngx.shared.dogs
   ngx.say(dogs:get("a"), " ", dogs:get("b"), " ", tostring(dogs:get("c")), " ", dogs:get("n"), " ",
     dogs:llen("l"), " ", dogs:lpop("l"))
-  dogs:flush_all() -- ngx's removes some entries at once, the rest expire
+  -- ngx's flush_all frees up to three entries at once and marks the rest expired: with only the
+  -- few entries above (how many depends on whether "old" has expired yet) it may free them all and
+  -- leave flush_expired nothing, so give it more than it can free at once
+  for i = 1, 10 do dogs:set("filler" .. i, i) end
+  dogs:flush_all()
   local freed = dogs:flush_expired()
   ngx.say(tostring(dogs:get("b")), " ", #dogs:get_keys(0), " ", freed > 0)
 end }
