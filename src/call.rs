@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 use crate::chunk::Chunk;
 use crate::notify::Subscriber;
 use crate::spin::AdaptiveSpin;
+use crate::sys::INTERRUPT_CHECK;
 use crate::Error;
 
 pub const NEW: u32 = 0;
@@ -224,40 +225,67 @@ impl Call {
 
     /// Waits until the call is done or `deadline` passes; true if done.
     pub fn wait(&self, deadline: Option<Instant>, spin: &AdaptiveSpin) -> bool {
+        self.wait_unless(deadline, spin, &mut || false) == Waited::Done
+    }
+
+    /// Waits like [`Call::wait`], but also gives up when `interrupted()` turns true: the host's
+    /// waits pass a check that a signal handler changed the host state's hooks (Ctrl-C in the
+    /// standalone interpreters). The check runs after every wake-up and at least every
+    /// [`crate::sys::INTERRUPT_CHECK`]; on Linux a signal with a handler ends a timed futex wait at once
+    /// (`EINTR`), so Ctrl-C is seen immediately there.
+    pub fn wait_unless(
+        &self,
+        deadline: Option<Instant>,
+        spin: &AdaptiveSpin,
+        interrupted: &mut dyn FnMut() -> bool,
+    ) -> Waited {
         if self.is_done() {
-            return true;
+            return Waited::Done;
         }
         let start = spin.start();
         if spin.spin(start, || self.is_done()) {
-            return true;
+            return Waited::Done;
         }
-        let done = self.park(deadline);
-        if done {
+        let waited = self.park(deadline, interrupted);
+        if waited == Waited::Done {
             spin.observe(start);
         }
-        done
+        waited
     }
 
-    fn park(&self, deadline: Option<Instant>) -> bool {
+    fn park(&self, deadline: Option<Instant>, interrupted: &mut dyn FnMut() -> bool) -> Waited {
         loop {
             let old = self.state.fetch_or(WAITER, Ordering::AcqRel);
             if old & PHASE == DONE {
-                return true;
+                return Waited::Done;
             }
-            let timeout = match deadline {
+            let left = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left),
-                    _ => return false,
+                    Some(left) if !left.is_zero() => left,
+                    _ => return Waited::TimedOut,
                 },
-                None => None,
+                None => INTERRUPT_CHECK,
             };
-            // sleeps only while the word is unchanged: `finish` swaps in DONE before waking
-            crate::sys::futex_wait(&self.state, old | WAITER, timeout);
+            // sleeps only while the word is unchanged: `finish` swaps in DONE before waking. Always
+            // with a timeout: an untimed futex wait is restarted after a signal handler that was
+            // installed with SA_RESTART (`signal()` in lua.c 5.1-5.3 and LuaJIT), a timed one is not.
+            crate::sys::futex_wait(&self.state, old | WAITER, Some(left.min(INTERRUPT_CHECK)));
             if self.is_done() {
-                return true;
+                return Waited::Done;
+            }
+            if interrupted() {
+                return Waited::Interrupted;
             }
         }
     }
+}
+
+/// How [`Call::wait_unless`] ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Waited {
+    Done,
+    TimedOut,
+    Interrupted,
 }
 
 /// `now + d`, or `None` (forever) when `d` is `None` or too far to represent.

@@ -58,6 +58,9 @@ pub enum Error {
     AcquireTimeout { seconds: f64 },
     /// `fut:wait(timeout)` gave up before the call finished.
     WaitTimeout { seconds: f64 },
+    /// A signal (Ctrl-C) interrupted the host while it was `doing` something; `raised` is what
+    /// the interpreter's signal hook raised ("interrupted!").
+    Interrupted { doing: String, raised: String },
     /// The pool belongs to another process (it was created before a `fork`).
     WrongProcess { pid: u32 },
     /// A state or thread could not be created.
@@ -146,6 +149,9 @@ impl fmt::Display for Error {
                 f,
                 "vmpool: timed out after {seconds}s waiting for the call to finish (it is still running; wait again or cancel it)"
             ),
+            Error::Interrupted { doing, raised } => {
+                write!(f, "vmpool: interrupted while {doing}: {raised}")
+            }
             Error::WrongProcess { pid } => write!(
                 f,
                 "vmpool: pool was created in another process (pid {pid}); create pools in the process that uses them (in OpenResty: in init_worker_by_lua or lazily, not in init_by_lua)"

@@ -33,6 +33,21 @@ pub const TFUNCTION: c_int = ffi::LUA_TFUNCTION;
 pub const TNONE: c_int = ffi::LUA_TNONE;
 pub const TLIGHTUSERDATA: c_int = ffi::LUA_TLIGHTUSERDATA;
 
+/// The hooks of a thread and of its main thread at one moment (see [`State::hook_mark`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct HookMark {
+    own: (Option<usize>, c_int),
+    main: Option<(Option<usize>, c_int)>,
+}
+
+impl HookMark {
+    /// Whether the main thread's hook differs in `later` (always false where the mark has no
+    /// main thread: on the main thread itself, and on Lua 5.1 and LuaJIT).
+    pub fn main_changed(&self, later: &HookMark) -> bool {
+        self.main != later.main
+    }
+}
+
 /// A borrowed handle to a live `lua_State`.
 #[derive(Clone, Copy)]
 pub struct State(*mut lua_State);
@@ -343,6 +358,51 @@ impl State {
         // SAFETY: as for `push_nil`; the first upvalue of a loaded main chunk is `_ENV`.
         unsafe {
             ffi::lua_setupvalue(self.0, func, 1);
+        }
+    }
+
+    /// What a signal handler may change while the host waits: the hook of this thread and, on
+    /// Lua 5.2+, of the main thread. The standalone interpreters answer Ctrl-C by setting a hook
+    /// on the main state (`lua.c`'s `laction`, LuaJIT's too), which raises "interrupted!" at the
+    /// next instruction; a blocked wait compares two marks to see that this happened.
+    pub fn hook_mark(self) -> HookMark {
+        let own = self.own_hook();
+        #[cfg(not(any(feature = "lua51", feature = "luajit")))]
+        let main = {
+            // SAFETY: as for `top`; `lua_rawgeti` on the registry reads without metamethods or
+            // allocation (the caller has the slot: waits run with a near-empty stack), and the
+            // main thread lives as long as the state.
+            unsafe {
+                ffi::lua_rawgeti(self.0, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_MAINTHREAD);
+                let main = ffi::lua_tothread(self.0, -1);
+                ffi::lua_settop(self.0, -2);
+                if main.is_null() || main == self.0 {
+                    None
+                } else {
+                    Some((
+                        ffi::lua_gethook(main).map(|h| h as usize),
+                        ffi::lua_gethookmask(main),
+                    ))
+                }
+            }
+        };
+        // Lua 5.1 and LuaJIT have no public way to reach the main thread from a coroutine: a wait
+        // inside a coroutine sees only that coroutine's hook there.
+        #[cfg(any(feature = "lua51", feature = "luajit"))]
+        let main = None;
+        HookMark { own, main }
+    }
+
+    /// The hook of this thread (function and mask): a protected call that fails while it changed
+    /// was cut short by a hook, such as the interpreter's Ctrl-C hook, which clears itself.
+    #[inline]
+    pub fn own_hook(self) -> (Option<usize>, c_int) {
+        // SAFETY: as for `top`; reading a hook changes nothing.
+        unsafe {
+            (
+                ffi::lua_gethook(self.0).map(|h| h as usize),
+                ffi::lua_gethookmask(self.0),
+            )
         }
     }
 

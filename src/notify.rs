@@ -17,6 +17,8 @@ use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::sys::INTERRUPT_CHECK;
+
 pub use doorbell::BellListener;
 
 /// Who to tell when a call finishes.
@@ -158,20 +160,26 @@ impl Notifier {
         q.rung = false;
     }
 
-    /// Blocks until at least one token is queued (or `deadline` passes), then takes them all.
-    pub fn wait(&self, deadline: Option<Instant>, out: &mut Vec<u64>) {
+    /// Blocks until at least one token is queued, `deadline` passes or `interrupted()` turns
+    /// true (checked at least every [`crate::sys::INTERRUPT_CHECK`]: the host's Ctrl-C), then takes them all.
+    pub fn wait(
+        &self,
+        deadline: Option<Instant>,
+        out: &mut Vec<u64>,
+        interrupted: &mut dyn FnMut() -> bool,
+    ) {
         let mut q = self.queue.lock();
         while q.tokens.is_empty() {
+            let now = Instant::now();
+            if deadline.is_some_and(|d| d <= now) {
+                break;
+            }
+            let slice = now + INTERRUPT_CHECK;
             q.sleeping = true;
-            let timed_out = match deadline {
-                Some(d) => self.cond.wait_until(&mut q, d).timed_out(),
-                None => {
-                    self.cond.wait(&mut q);
-                    false
-                }
-            };
+            self.cond
+                .wait_until(&mut q, deadline.map_or(slice, |d| d.min(slice)));
             q.sleeping = false;
-            if timed_out {
+            if q.tokens.is_empty() && interrupted() {
                 break;
             }
         }

@@ -27,6 +27,12 @@ pub const IMPLEMENTATION: &str = if cfg!(all(target_os = "linux", not(feature = 
     "portable"
 };
 
+/// How long a waiting host thread sleeps at most before it looks for an interrupt again (a
+/// signal handler that set a hook on the host state: Ctrl-C). On Linux a signal with a handler
+/// ends a timed futex wait at once (`EINTR`); this bound is the fallback where it does not (the
+/// portable build, condition variables) and for hooks set from other threads.
+pub const INTERRUPT_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// CPUs this process may run on (honours `taskset`), at least 1.
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism()

@@ -7,12 +7,12 @@ use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::call::Call;
+use crate::call::{Call, Waited};
 use crate::chunk::Chunk;
 use crate::host::call_cache::CallCache;
 use crate::host::protect::protected;
 use crate::host::userdata;
-use crate::lua::State;
+use crate::lua::{HookMark, State};
 use crate::pool::Pool;
 use crate::spin::AdaptiveSpin;
 use crate::value::{self, Role};
@@ -24,6 +24,37 @@ const RESULT_SPIN: Duration = Duration::from_micros(50);
 thread_local! {
     /// The host thread's spin budget for waiting on results (one per OS thread, shared by its pools).
     pub static RESULT_WAIT: AdaptiveSpin = AdaptiveSpin::new(RESULT_SPIN, false);
+}
+
+/// Waits on the host thread for `call` until it is done, `deadline` passes, or a signal handler
+/// asks the host to stop waiting (Ctrl-C in `lua`/`luajit`: their handler sets a hook on the
+/// host state, see [`State::hook_mark`]: `mark` is the hooks when the wait began); the call goes
+/// on in the pool in the last two cases.
+pub fn host_wait(
+    st: State,
+    call: &Call,
+    deadline: Option<std::time::Instant>,
+    mark: &HookMark,
+) -> Waited {
+    RESULT_WAIT.with(|spin| call.wait_unless(deadline, spin, &mut || st.hook_mark() != *mark))
+}
+
+/// The error for a wait that a signal cut short (`mark`: the hooks when the wait began). It first
+/// lets the interpreter's pending hook run (a protected call of nothing: the hook fires on the
+/// call), so that `lua`'s own "interrupted!" is raised now, named in the message, rather than
+/// inside a later push. A hook set on the main thread while a coroutine waits cannot fire here:
+/// the coroutine's wait ends with an error and the hook fires once the main thread runs.
+/// `None` when this thread's hook changed for another reason (nothing raised): waiting goes on.
+pub fn interrupt_error(st: State, mark: &HookMark, doing: &str) -> Option<Error> {
+    let doing = || format!("{doing} waited for a call, which goes on in the pool");
+    match protected(st, 0, doing, &mut |_| 0) {
+        Err(e) => Some(e),
+        Ok(_) if mark.main_changed(&st.hook_mark()) => Some(Error::Interrupted {
+            doing: doing(),
+            raised: "a signal hook is pending on the main thread".into(),
+        }),
+        Ok(_) => None,
+    }
 }
 
 /// What the pool userdata holds.

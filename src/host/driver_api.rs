@@ -128,7 +128,19 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     };
     // tokens a failed write left behind are handed out before sleeping again
     if d.tokens.is_empty() {
-        d.notifier.wait(deadline, &mut d.tokens);
+        // Ctrl-C raises out of `vmpool.run` (its calls go on in the pool and their records are
+        // dropped with the driver); a hook set for another reason returns no tokens
+        let mark = st.hook_mark();
+        let mut interrupted = false;
+        d.notifier.wait(deadline, &mut d.tokens, &mut || {
+            interrupted = st.hook_mark() != mark;
+            interrupted
+        });
+        if interrupted {
+            if let Some(e) = crate::host::call_io::interrupt_error(st, &mark, "vmpool.run") {
+                return Err(e);
+            }
+        }
     }
     let tokens = &d.tokens;
     st.set_top(2);

@@ -8,8 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::call::{Call, RUNNING};
-use crate::host::call_io::{push_outcome, RESULT_WAIT};
+use crate::call::{Call, Waited, RUNNING};
+use crate::host::call_io::{host_wait, interrupt_error, push_outcome};
 use crate::host::protect::push_str;
 use crate::host::userdata;
 use crate::lua::{State, TNIL, TNONE, TNUMBER};
@@ -116,14 +116,26 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     if !f.call().is_done() {
         f.pool.check_process()?;
         let deadline = crate::call::deadline_after(timeout);
-        let done = RESULT_WAIT.with(|spin| f.call().wait(deadline, spin));
-        if !done {
-            let seconds = timeout.map_or(f64::INFINITY, |d| d.as_secs_f64());
-            st.set_top(0);
-            st.push_nil();
-            let message = Error::WaitTimeout { seconds }.to_string();
-            push_str(st, &message, || "reporting a wait timeout".into())?;
-            return Ok(2);
+        loop {
+            let mark = st.hook_mark();
+            match host_wait(st, f.call(), deadline, &mark) {
+                Waited::Done => break,
+                // Ctrl-C raises; the call goes on and the future can be waited for again. A
+                // hook set for another reason (nothing raised) is no reason to stop waiting.
+                Waited::Interrupted => {
+                    if let Some(e) = interrupt_error(st, &mark, "fut:wait()") {
+                        return Err(e);
+                    }
+                }
+                Waited::TimedOut => {
+                    let seconds = timeout.map_or(f64::INFINITY, |d| d.as_secs_f64());
+                    st.set_top(0);
+                    st.push_nil();
+                    let message = Error::WaitTimeout { seconds }.to_string();
+                    push_str(st, &message, || "reporting a wait timeout".into())?;
+                    return Ok(2);
+                }
+            }
         }
     }
     f.done();

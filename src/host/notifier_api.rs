@@ -125,7 +125,18 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
         None
     };
     let mut tokens = std::mem::take(&mut h.tokens);
-    h.notifier.wait(deadline, &mut tokens);
+    let mark = st.hook_mark();
+    let mut interrupted = false;
+    h.notifier.wait(deadline, &mut tokens, &mut || {
+        interrupted = st.hook_mark() != mark;
+        interrupted
+    });
+    if interrupted {
+        if let Some(e) = crate::host::call_io::interrupt_error(st, &mark, "notifier:wait()") {
+            h.tokens = tokens;
+            return Err(e);
+        }
+    }
     h.tokens = tokens;
     push_tokens(st, h)
 }

@@ -5,9 +5,12 @@
 use std::ffi::c_int;
 use std::sync::Arc;
 
+use crate::call::Waited;
 use crate::chunk::Chunk;
 use crate::host::call_cache::CallCache;
-use crate::host::call_io::{bad_arg, push_outcome, PoolHandle, RESULT_WAIT};
+use crate::host::call_io::{
+    bad_arg, host_wait, interrupt_error, push_outcome, PoolHandle, RESULT_WAIT,
+};
 use crate::host::future_api::FutureHandle;
 use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_FUTURE, UV_POOL};
@@ -91,7 +94,18 @@ fn invoke_impl(st: State) -> Result<c_int, Error> {
     }
     if !call.is_done() {
         h.pool.note_host_cpu();
-        RESULT_WAIT.with(|spin| call.wait(None, spin));
+        loop {
+            let mark = st.hook_mark();
+            if host_wait(st, &call, None, &mark) == Waited::Done {
+                break;
+            }
+            if let Some(e) = interrupt_error(st, &mark, "pool:invoke()") {
+                // Nobody can wait for this call again: a queued one is dropped, a running one
+                // goes on and keeps its record (it is not recycled).
+                h.pool.cancel(&call);
+                return Err(e);
+            }
+        }
     }
     let result = push_outcome(st, &call);
     h.recycle(call);

@@ -24,15 +24,23 @@ pub fn protected(
     doing: impl FnOnce() -> String,
     f: &mut dyn FnMut(State) -> c_int,
 ) -> Result<c_int, Error> {
+    let hook = st.own_hook();
     match st.protect(UV_PROTECT, nargs, f) {
         Ok(n) => Ok(n),
         Err(rc) => {
             let message = (rc != ffi::LUA_ERRMEM).then(|| describe_error(st, -1));
             st.pop(1);
-            Err(Error::Host {
-                doing: doing(),
-                message,
-            })
+            match message {
+                // the interpreter's Ctrl-C hook fired meanwhile (and cleared itself)
+                Some(raised) if st.own_hook() != hook => Err(Error::Interrupted {
+                    doing: doing(),
+                    raised,
+                }),
+                message => Err(Error::Host {
+                    doing: doing(),
+                    message,
+                }),
+            }
         }
     }
 }

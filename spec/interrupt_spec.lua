@@ -1,0 +1,110 @@
+-- Ctrl-C while the host waits for a call (README, "Interrupting a blocked host"). Each case runs a
+-- fresh standalone interpreter (spec/support/subprocess.lua) whose call, once it sees the host's
+-- thread asleep in its wait, sends the interpreter SIGINT, as a terminal's Ctrl-C would, and
+-- goes on running until the host has woken up.
+local Sub = require "spec.support.subprocess"
+
+-- Defines `pool` with a chunk "c" whose `interrupt_host(hold)` waits (bounded) until the host's
+-- main thread sleeps, signals the process, with `hold` runs on until the host calls `caught()`,
+-- and returns 7; `later()` returns 8.
+local PRELUDE = [[
+local vmpool = require "vmpool"
+pool = vmpool.new{ core = 1 }
+function caught() vmpool.shared("interrupt"):set("caught", true) end
+pool:compile("c", [==[
+local function field(path, pattern)
+  local f = assert(io.open(path))
+  local line = f:read("*l")
+  f:close()
+  return line:match(pattern)
+end
+return {
+  interrupt_host = function(hold)
+    local pid = field("/proc/self/stat", "^(%d+)")
+    local stat = "/proc/" .. pid .. "/task/" .. pid .. "/stat"
+    local deadline = os.time() + 20
+    while field(stat, "^%d+ %b() (%a)") ~= "S" do
+      assert(os.time() < deadline, "the host thread never slept")
+    end
+    -- io.popen, not os.execute: system() ignores SIGINT in the whole process while it runs
+    local kill = assert(io.popen("kill -INT " .. pid))
+    kill:close()
+    -- still running until the host says it caught the interrupt: what ended its wait was the
+    -- signal, not this result
+    local woke = require("vmpool").shared("interrupt")
+    while hold and not woke:get("caught") do
+      assert(os.time() < deadline, "the host never caught the interrupt")
+    end
+    return 7
+  end,
+  later = function() return 8 end,
+}
+]==])
+]]
+
+local function run(body)
+  local out, status, killed = Sub.run(PRELUDE .. body, { timeout = 60 })
+  assert.is_false(killed, "the interpreter hung: " .. out)
+  return out, status
+end
+
+local function interrupted(what)
+  return "vmpool: interrupted while " .. what:gsub("%p", "%%%0")
+    .. " waited for a call, which goes on in the pool: interrupted!"
+end
+
+describe("Ctrl-C while the host waits", function()
+  it("ends a blocked invoke with the interpreter's 'interrupted!' and the pool keeps working", function()
+    local out, status = run [[
+      local ok, err = pcall(pool.invoke, pool, "c", "interrupt_host", true)
+      caught()
+      print("first", ok, err)
+      print("next", pool:invoke("c", "later"))
+      pool:close()
+      print("closed", pool:stats().threads)
+    ]]
+    assert.equal(0, status, out)
+    assert.matches("first\tfalse\t" .. interrupted("pool:invoke()"), out)
+    assert.matches("next\t8", out)
+    assert.matches("closed\t0", out)
+  end)
+
+  it("ends the script with status 1 when nothing catches it, as Ctrl-C in Lua code does", function()
+    local out, status = run [[
+      pool:invoke("c", "interrupt_host")
+      print("not reached")
+    ]]
+    assert.equal(1, status, out)
+    -- the call may finish as the signal lands: then the results' delivery is what was interrupted
+    assert.matches("vmpool: interrupted while [^\n]*: interrupted!", out)
+    assert.not_matches("not reached", out)
+  end)
+
+  it("ends fut:wait(), and the future can be waited for again", function()
+    local out, status = run [[
+      local fut = pool:submit("c", "interrupt_host", true)
+      local ok, err = pcall(fut.wait, fut)
+      caught()
+      print("first", ok, err)
+      print("again", fut:wait())
+    ]]
+    assert.equal(0, status, out)
+    assert.matches("first\tfalse\t" .. interrupted("fut:wait()"), out)
+    assert.matches("again\t7", out)
+  end)
+
+  it("ends a vmpool.run that waits, and the pool keeps working", function()
+    local out, status = run [[
+      local vmpool = require "vmpool"
+      local ok, err = pcall(vmpool.run, function()
+        return pool:co_invoke("c", "interrupt_host", true)
+      end)
+      caught()
+      print("first", ok, err)
+      print("next", pool:invoke("c", "later"))
+    ]]
+    assert.equal(0, status, out)
+    assert.matches("first\tfalse\t" .. interrupted("vmpool.run"), out)
+    assert.matches("next\t8", out)
+  end)
+end)
