@@ -230,7 +230,9 @@ impl Call {
 
     /// Waits like [`Call::wait`], but also gives up when `interrupted()` turns true: the host's
     /// waits pass a check that a signal handler changed the host state's hooks (Ctrl-C in the
-    /// standalone interpreters). The check runs after every wake-up and at least every
+    /// standalone interpreters). The check runs once before the first sleep, where it may note
+    /// what it compares against later (a call that finishes while spinning never pays for it),
+    /// then after every wake-up and at least every
     /// [`crate::sys::INTERRUPT_CHECK`]; on Linux a signal with a handler ends a timed futex wait at once
     /// (`EINTR`), so Ctrl-C is seen immediately there.
     pub fn wait_unless(
@@ -254,6 +256,10 @@ impl Call {
     }
 
     fn park(&self, deadline: Option<Instant>, interrupted: &mut dyn FnMut() -> bool) -> Waited {
+        // arms the check (see `wait_unless`)
+        if interrupted() {
+            return Waited::Interrupted;
+        }
         loop {
             let old = self.state.fetch_or(WAITER, Ordering::AcqRel);
             if old & PHASE == DONE {

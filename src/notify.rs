@@ -161,7 +161,8 @@ impl Notifier {
     }
 
     /// Blocks until at least one token is queued, `deadline` passes or `interrupted()` turns
-    /// true (checked at least every [`crate::sys::INTERRUPT_CHECK`]: the host's Ctrl-C), then takes them all.
+    /// true (called once before the first sleep to arm it, then after each wake-up, at least
+    /// every [`crate::sys::INTERRUPT_CHECK`]: the host's Ctrl-C), then takes them all.
     pub fn wait(
         &self,
         deadline: Option<Instant>,
@@ -169,7 +170,15 @@ impl Notifier {
         interrupted: &mut dyn FnMut() -> bool,
     ) {
         let mut q = self.queue.lock();
+        // arms the check before the first sleep, as `Call::wait_unless` does
+        let mut armed = false;
         while q.tokens.is_empty() {
+            if !armed {
+                armed = true;
+                if interrupted() {
+                    break;
+                }
+            }
             let now = Instant::now();
             if deadline.is_some_and(|d| d <= now) {
                 break;

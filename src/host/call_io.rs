@@ -26,34 +26,60 @@ thread_local! {
     pub static RESULT_WAIT: AdaptiveSpin = AdaptiveSpin::new(RESULT_SPIN, false);
 }
 
-/// Waits on the host thread for `call` until it is done, `deadline` passes, or a signal handler
-/// asks the host to stop waiting (Ctrl-C in `lua`/`luajit`: their handler sets a hook on the
-/// host state, see [`State::hook_mark`]: `mark` is the hooks when the wait began); the call goes
-/// on in the pool in the last two cases.
-pub fn host_wait(
+/// A host thread's wait that Ctrl-C can end. The standalone interpreters answer SIGINT by setting
+/// a hook on the main state (see [`State::hook_mark`]); a wait notes the hooks before it first
+/// sleeps (so a call that finishes while the host spins pays nothing for this) and gives up when
+/// they change. A signal in the few microseconds of spinning before that is noted with the hooks,
+/// so it takes effect when the call finishes, as it did before waits could be interrupted.
+pub struct HostWait {
     st: State,
-    call: &Call,
-    deadline: Option<std::time::Instant>,
-    mark: &HookMark,
-) -> Waited {
-    RESULT_WAIT.with(|spin| call.wait_unless(deadline, spin, &mut || st.hook_mark() != *mark))
+    mark: Option<HookMark>,
 }
 
-/// The error for a wait that a signal cut short (`mark`: the hooks when the wait began). It first
-/// lets the interpreter's pending hook run (a protected call of nothing: the hook fires on the
-/// call), so that `lua`'s own "interrupted!" is raised now, named in the message, rather than
-/// inside a later push. A hook set on the main thread while a coroutine waits cannot fire here:
-/// the coroutine's wait ends with an error and the hook fires once the main thread runs.
-/// `None` when this thread's hook changed for another reason (nothing raised): waiting goes on.
-pub fn interrupt_error(st: State, mark: &HookMark, doing: &str) -> Option<Error> {
-    let doing = || format!("{doing} waited for a call, which goes on in the pool");
-    match protected(st, 0, doing, &mut |_| 0) {
-        Err(e) => Some(e),
-        Ok(_) if mark.main_changed(&st.hook_mark()) => Some(Error::Interrupted {
-            doing: doing(),
-            raised: "a signal hook is pending on the main thread".into(),
-        }),
-        Ok(_) => None,
+impl HostWait {
+    pub fn new(st: State) -> HostWait {
+        HostWait { st, mark: None }
+    }
+
+    /// The check a wait calls: the first call notes the hooks, later ones compare.
+    pub fn changed(&mut self) -> bool {
+        let now = self.st.hook_mark();
+        match self.mark {
+            None => {
+                self.mark = Some(now);
+                false
+            }
+            Some(m) => m != now,
+        }
+    }
+
+    /// Waits for `call` until it is done, `deadline` passes, or the hooks change; the call goes
+    /// on in the pool in the last two cases.
+    pub fn call(&mut self, call: &Call, deadline: Option<std::time::Instant>) -> Waited {
+        self.mark = None;
+        RESULT_WAIT.with(|spin| call.wait_unless(deadline, spin, &mut || self.changed()))
+    }
+
+    /// The error for a wait the hooks' change cut short. It first lets the interpreter's pending
+    /// hook run (a protected call of nothing: the hook fires on the call), so that `lua`'s own
+    /// "interrupted!" is raised now, named in the message, rather than inside a later push. A
+    /// hook set on the main thread while a coroutine waits cannot fire here: the coroutine's
+    /// wait ends with an error and the hook fires once the main thread runs. `None` when only
+    /// this thread's hook changed and nothing raised (a hook set for another reason): the caller
+    /// waits again.
+    pub fn interrupt_error(&self, doing: &str) -> Option<Error> {
+        let st = self.st;
+        let doing = || format!("{doing} waited for a call, which goes on in the pool");
+        match protected(st, 0, doing, &mut |_| 0) {
+            Err(e) => Some(e),
+            Ok(_) if self.mark.is_some_and(|m| m.main_changed(&st.hook_mark())) => {
+                Some(Error::Interrupted {
+                    doing: doing(),
+                    raised: "a signal hook is pending on the main thread".into(),
+                })
+            }
+            Ok(_) => None,
+        }
     }
 }
 

@@ -130,14 +130,14 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     if d.tokens.is_empty() {
         // Ctrl-C raises out of `vmpool.run` (its calls go on in the pool and their records are
         // dropped with the driver); a hook set for another reason returns no tokens
-        let mark = st.hook_mark();
+        let mut waiting = crate::host::call_io::HostWait::new(st);
         let mut interrupted = false;
         d.notifier.wait(deadline, &mut d.tokens, &mut || {
-            interrupted = st.hook_mark() != mark;
+            interrupted = waiting.changed();
             interrupted
         });
         if interrupted {
-            if let Some(e) = crate::host::call_io::interrupt_error(st, &mark, "vmpool.run") {
+            if let Some(e) = waiting.interrupt_error("vmpool.run") {
                 return Err(e);
             }
         }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::call::{Call, Waited, RUNNING};
-use crate::host::call_io::{host_wait, interrupt_error, push_outcome};
+use crate::host::call_io::{push_outcome, HostWait};
 use crate::host::protect::push_str;
 use crate::host::userdata;
 use crate::lua::{State, TNIL, TNONE, TNUMBER};
@@ -116,14 +116,14 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     if !f.call().is_done() {
         f.pool.check_process()?;
         let deadline = crate::call::deadline_after(timeout);
+        let mut waiting = HostWait::new(st);
         loop {
-            let mark = st.hook_mark();
-            match host_wait(st, f.call(), deadline, &mark) {
+            match waiting.call(f.call(), deadline) {
                 Waited::Done => break,
                 // Ctrl-C raises; the call goes on and the future can be waited for again. A
                 // hook set for another reason (nothing raised) is no reason to stop waiting.
                 Waited::Interrupted => {
-                    if let Some(e) = interrupt_error(st, &mark, "fut:wait()") {
+                    if let Some(e) = waiting.interrupt_error("fut:wait()") {
                         return Err(e);
                     }
                 }

@@ -125,14 +125,14 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
         None
     };
     let mut tokens = std::mem::take(&mut h.tokens);
-    let mark = st.hook_mark();
+    let mut waiting = crate::host::call_io::HostWait::new(st);
     let mut interrupted = false;
     h.notifier.wait(deadline, &mut tokens, &mut || {
-        interrupted = st.hook_mark() != mark;
+        interrupted = waiting.changed();
         interrupted
     });
     if interrupted {
-        if let Some(e) = crate::host::call_io::interrupt_error(st, &mark, "notifier:wait()") {
+        if let Some(e) = waiting.interrupt_error("notifier:wait()") {
             h.tokens = tokens;
             return Err(e);
         }

@@ -8,9 +8,7 @@ use std::sync::Arc;
 use crate::call::Waited;
 use crate::chunk::Chunk;
 use crate::host::call_cache::CallCache;
-use crate::host::call_io::{
-    bad_arg, host_wait, interrupt_error, push_outcome, PoolHandle, RESULT_WAIT,
-};
+use crate::host::call_io::{bad_arg, push_outcome, HostWait, PoolHandle, RESULT_WAIT};
 use crate::host::future_api::FutureHandle;
 use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_FUTURE, UV_POOL};
@@ -94,12 +92,9 @@ fn invoke_impl(st: State) -> Result<c_int, Error> {
     }
     if !call.is_done() {
         h.pool.note_host_cpu();
-        loop {
-            let mark = st.hook_mark();
-            if host_wait(st, &call, None, &mark) == Waited::Done {
-                break;
-            }
-            if let Some(e) = interrupt_error(st, &mark, "pool:invoke()") {
+        let mut waiting = HostWait::new(st);
+        while waiting.call(&call, None) != Waited::Done {
+            if let Some(e) = waiting.interrupt_error("pool:invoke()") {
                 // Nobody can wait for this call again: a queued one is dropped, a running one
                 // goes on and keeps its record (it is not recycled).
                 h.pool.cancel(&call);
