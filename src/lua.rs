@@ -369,20 +369,25 @@ impl State {
         let own = self.own_hook();
         #[cfg(not(any(feature = "lua51", feature = "luajit")))]
         let main = {
-            // SAFETY: as for `top`; `lua_rawgeti` on the registry reads without metamethods or
-            // allocation (the caller has the slot: waits run with a near-empty stack), and the
-            // main thread lives as long as the state.
+            // SAFETY: as for `top`. `lua_pushthread` tells whether this is the main thread (the
+            // usual case, then nothing else is read); otherwise `lua_rawgeti` on the registry
+            // reads it without metamethods or allocation. The caller has the slot: waits run with
+            // a near-empty stack. The main thread lives as long as the state.
             unsafe {
-                ffi::lua_rawgeti(self.0, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_MAINTHREAD);
-                let main = ffi::lua_tothread(self.0, -1);
+                let is_main = ffi::lua_pushthread(self.0) == 1;
                 ffi::lua_settop(self.0, -2);
-                if main.is_null() || main == self.0 {
+                if is_main {
                     None
                 } else {
-                    Some((
-                        ffi::lua_gethook(main).map(|h| h as usize),
-                        ffi::lua_gethookmask(main),
-                    ))
+                    ffi::lua_rawgeti(self.0, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_MAINTHREAD);
+                    let main = ffi::lua_tothread(self.0, -1);
+                    ffi::lua_settop(self.0, -2);
+                    (!main.is_null()).then(|| {
+                        (
+                            ffi::lua_gethook(main).map(|h| h as usize),
+                            ffi::lua_gethookmask(main),
+                        )
+                    })
                 }
             }
         };
