@@ -29,6 +29,8 @@ local unreachable = {
   Internal = "raised only if the pool's own invariants break: 'internal error (please report it)'",
   Host = "needs the host out of memory or a raising finalizer: spec/containment_spec.lua matches it "
     .. "in a fresh interpreter under ulimit -v",
+  NoMemory = "needs the system to refuse memory: spec/containment_spec.lua matches it for a shared dictionary's "
+    .. "values in a fresh interpreter under ulimit -v",
   Interrupted = "needs a signal to the interpreter while it waits: spec/interrupt_spec.lua matches it in a "
     .. "fresh interpreter",
 }

@@ -71,6 +71,9 @@ pub enum Error {
         doing: String,
         message: Option<String>,
     },
+    /// The system refused vmpool memory for a copy of a value (`doing` says which): big values
+    /// are copied with fallible allocations, so that this is an error and not an abort.
+    NoMemory { doing: String },
     /// Anything else that should not happen.
     Internal(String),
 }
@@ -164,6 +167,10 @@ impl fmt::Display for Error {
             Error::Host { doing, message: Some(m) } => write!(
                 f,
                 "vmpool: a Lua error was raised in the host while {doing}: {m} (a __gc finalizer that ran meanwhile raised it; finalizers must not raise errors)"
+            ),
+            Error::NoMemory { doing } => write!(
+                f,
+                "vmpool: not enough memory while {doing} (the system refused the allocation; use smaller values or free memory)"
             ),
             Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
         }

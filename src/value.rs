@@ -163,7 +163,13 @@ impl Writer<'_> {
                 let len =
                     u32::try_from(s.len()).map_err(|_| refuse("a string longer than 4 GiB"))?;
                 let l = len.to_le_bytes();
-                self.out.reserve(5 + s.len());
+                // fallible: a big string must be an error, not an abort, when memory runs out
+                self.out.try_reserve(5 + s.len()).map_err(|_| {
+                    refuse(&format!(
+                        "a string of {} bytes (not enough memory to copy it)",
+                        s.len()
+                    ))
+                })?;
                 self.out
                     .extend_from_slice(&[TAG_STR, l[0], l[1], l[2], l[3]]);
                 self.out.extend_from_slice(s);

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use mlua::ffi;
 
+use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged};
 use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
 use crate::shared::dict::{self, Got, Item, Mode, Number, Refused, Scalar, Written};
@@ -103,7 +104,17 @@ fn key<'a>(st: State, idx: c_int, method: &str) -> Result<&'a [u8], Error> {
             if !st.check_stack(4) {
                 return Err(Error::Internal("no Lua stack space".into()));
             }
+            // converting a number to a string allocates: protected, the string is left on top
             st.push_value(idx);
+            protected(
+                st,
+                1,
+                || format!("converting the key of dict:{method}()"),
+                &mut |st| {
+                    st.string_bytes(1);
+                    1
+                },
+            )?;
             st.string_bytes(-1)
         }
         t => {
@@ -147,7 +158,7 @@ fn value(st: State, idx: c_int, method: &str) -> Result<Option<Scalar>, Error> {
         TNIL | crate::lua::TNONE => return Ok(None),
         TBOOLEAN => Scalar::Bool(st.to_boolean(idx)),
         TNUMBER => Scalar::Num(number_at(st, idx)),
-        TSTRING => Scalar::Str(st.string_bytes(idx).into()),
+        TSTRING => Scalar::Str(copy(st.string_bytes(idx), method)?),
         t => {
             let hint = if t == TTABLE {
                 "; serialize tables first, e.g. with cjson.encode"
@@ -164,6 +175,14 @@ fn value(st: State, idx: c_int, method: &str) -> Result<Option<Scalar>, Error> {
             ));
         }
     }))
+}
+
+/// A copy of a value's bytes for the dictionary, or a `vmpool:` error if the system refuses the
+/// memory (a value may be as large as the dictionary's capacity).
+fn copy(b: &[u8], method: &str) -> Result<Box<[u8]>, Error> {
+    dict::try_copy(b).ok_or_else(|| Error::NoMemory {
+        doing: format!("copying the value for dict:{method}()"),
+    })
 }
 
 /// A TTL in seconds at `idx` (nil = none), as nanoseconds (0 = never); `required` refuses nil.
@@ -259,6 +278,14 @@ fn push_number(st: State, n: Number) {
     }
 }
 
+/// Pushes what `f` pushes (its return value: how many), in a protected call: pushing a string or
+/// building a table allocates, which can fail or run `__gc` finalizers that raise, and a Lua error
+/// must not unwind through this module's Rust frames (see `host::protect`). Pushing nil, booleans
+/// and numbers cannot raise (the stack space is checked first) and goes without.
+fn answer(st: State, method: &str, f: &mut dyn FnMut(State) -> c_int) -> Result<c_int, Error> {
+    protected(st, 0, || format!("answering dict:{method}()"), f)
+}
+
 fn push_scalar(st: State, v: &Scalar) {
     match v {
         Scalar::Bool(b) => st.push_bool(*b),
@@ -276,29 +303,31 @@ fn ensure_stack(st: State, n: c_int) -> Result<(), Error> {
 }
 
 /// `nil, err` (two results).
-fn nil_err(st: State, err: &str) -> Result<c_int, Error> {
-    ensure_stack(st, 2)?;
-    st.push_nil();
-    st.push_str(err);
-    Ok(2)
+fn nil_err(st: State, method: &str, err: &str) -> Result<c_int, Error> {
+    answer(st, method, &mut |st| {
+        st.push_nil();
+        st.push_str(err);
+        2
+    })
 }
 
 /// The three results of a store: `true, nil, forcible` or `false, err, forcible`.
-fn stored(st: State, r: Result<Written, Refused>) -> Result<c_int, Error> {
+fn stored(st: State, method: &str, r: Result<Written, Refused>) -> Result<c_int, Error> {
     ensure_stack(st, 3)?;
     match r {
         Ok(w) => {
             st.push_bool(true);
             st.push_nil();
             st.push_bool(w.forcible);
+            Ok(3)
         }
-        Err(r) => {
+        Err(r) => answer(st, method, &mut |st| {
             st.push_bool(false);
             st.push_str(r.err);
             st.push_bool(r.forcible);
-        }
+            3
+        }),
     }
-    Ok(3)
 }
 
 crate::lua_function!(pub fn shared => shared_impl);
@@ -316,7 +345,17 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
     let opts = options(st, 2)?;
     let named = registry::open(&name, opts)?;
     ensure_stack(st, 6)?;
-    push_metatable(st);
+    // the runner of protected calls goes in as an argument: the methods close over it
+    st.push_value(crate::lua::RUNNER_UPVALUE);
+    protected(
+        st,
+        1,
+        || "creating a shared dictionary handle".into(),
+        &mut |st| {
+            push_metatable(st, 1);
+            1
+        },
+    )?;
     let mt = st.top();
     userdata::push(st, SharedHandle { named }, mt)?;
     Ok(1)
@@ -383,8 +422,9 @@ fn options(st: State, idx: c_int) -> Result<Options, Error> {
     Ok(opts)
 }
 
-/// Pushes this state's metatable for dictionary handles, creating it on first use.
-fn push_metatable(st: State) {
+/// Pushes this state's metatable for dictionary handles, creating it on first use. Allocates:
+/// runs inside a protected call, with the runner of protected calls at `runner`.
+fn push_metatable(st: State, runner: c_int) {
     st.push_registry();
     if st.raw_get_str(-1, META_KEY) == TTABLE {
         st.remove(-2);
@@ -394,11 +434,11 @@ fn push_metatable(st: State) {
     st.create_table(0, 5);
     st.create_table(0, METHODS.len() as c_int);
     for &(name, f) in METHODS {
-        st.set_fn(name, f);
+        set_method(st, runner, name, f);
     }
     st.raw_set_str(-2, "__index");
-    st.set_fn("__gc", GC);
-    st.set_fn("__tostring", TOSTRING);
+    set_method(st, runner, "__gc", GC);
+    set_method(st, runner, "__tostring", TOSTRING);
     st.push_str("vmpool.shared");
     st.raw_set_str(-2, "__name");
     st.push_bool(false);
@@ -406,6 +446,17 @@ fn push_metatable(st: State) {
     st.push_value(-1);
     st.raw_set_str(-3, META_KEY);
     st.remove(-2);
+}
+
+/// Sets `f` into the table on top as a closure with the upvalue layout of every host function
+/// (userdata.rs): the runner of protected calls in its slot, which is all the methods use.
+fn set_method(st: State, runner: c_int, name: &str, f: ffi::lua_CFunction) {
+    for _ in 1..userdata::NUM_UPVALUES {
+        st.push_nil();
+    }
+    st.push_value(runner);
+    st.push_cclosure(f, userdata::NUM_UPVALUES);
+    st.raw_set_str(-2, name);
 }
 
 crate::lua_function!(fn GC => gc_impl);
@@ -429,8 +480,10 @@ fn tostring_impl(st: State) -> Result<c_int, Error> {
         ),
         None => "vmpool.shared (finalized)".to_string(),
     };
-    st.push_str(&text);
-    Ok(1)
+    answer(st, "__tostring", &mut |st| {
+        st.push_str(&text);
+        1
+    })
 }
 
 fn get_common(st: State, method: &str, stale: bool) -> Result<c_int, Error> {
@@ -443,25 +496,38 @@ fn get_common(st: State, method: &str, stale: bool) -> Result<c_int, Error> {
             st.push_nil();
             Ok(1)
         }
-        Got::List => nil_err(st, "value is a list"),
+        Got::List => nil_err(st, method, "value is a list"),
+        Got::NoMemory => Err(Error::NoMemory {
+            doing: format!("copying the value for dict:{method}()"),
+        }),
         Got::Value {
             value,
             flags,
             stale: is_stale,
         } => {
-            push_scalar(st, &value);
-            if flags != 0 {
-                st.push_integer(flags as i64);
-            } else if !stale {
-                return Ok(1);
+            let rest = |st: State| {
+                if flags != 0 {
+                    st.push_integer(flags as i64);
+                } else if !stale {
+                    return 1;
+                } else {
+                    st.push_nil();
+                }
+                if stale {
+                    st.push_bool(is_stale);
+                    3
+                } else {
+                    2
+                }
+            };
+            if let Scalar::Str(_) = value {
+                answer(st, method, &mut |st| {
+                    push_scalar(st, &value);
+                    rest(st)
+                })
             } else {
-                st.push_nil();
-            }
-            if stale {
-                st.push_bool(is_stale);
-                Ok(3)
-            } else {
-                Ok(2)
+                push_scalar(st, &value);
+                Ok(rest(st))
             }
         }
     }
@@ -492,7 +558,7 @@ fn store_common(st: State, method: &str, mode: Mode, safe: bool) -> Result<c_int
     }
     let exptime = ttl_arg(st, 4, method, "exptime", false)?;
     let flags = uint_arg(st, 5, method, "flags", 0, u32::MAX as u64)? as u32;
-    stored(st, d.dict.store(mode, safe, k, v, exptime, flags))
+    stored(st, method, d.dict.store(mode, safe, k, v, exptime, flags))
 }
 
 crate::lua_function!(fn set => set_impl);
@@ -526,7 +592,7 @@ crate::lua_function!(fn delete => delete_impl);
 fn delete_impl(st: State) -> Result<c_int, Error> {
     let d = this(st, "delete")?;
     let k = key(st, 2, "delete")?;
-    stored(st, d.dict.store(Mode::Set, false, k, None, 0, 0))
+    stored(st, "delete", d.dict.store(Mode::Set, false, k, None, 0, 0))
 }
 
 crate::lua_function!(fn incr => incr_impl);
@@ -561,7 +627,7 @@ fn incr_impl(st: State) -> Result<c_int, Error> {
             st.push_bool(w.forcible);
             Ok(3)
         }
-        Err(r) => nil_err(st, r.err),
+        Err(r) => nil_err(st, "incr", r.err),
     }
 }
 
@@ -570,7 +636,7 @@ fn push_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
     let k = key(st, 2, method)?;
     let item = match st.type_of(3) {
         TNUMBER => Item::Num(number_at(st, 3)),
-        TSTRING => Item::Str(st.string_bytes(3).into()),
+        TSTRING => Item::Str(copy(st.string_bytes(3), method)?),
         t => {
             return Err(bad(
                 2,
@@ -588,7 +654,7 @@ fn push_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
             st.push_integer(n as i64);
             Ok(1)
         }
-        Err(r) => nil_err(st, r.err),
+        Err(r) => nil_err(st, method, r.err),
     }
 }
 
@@ -612,11 +678,16 @@ fn pop_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
             match item {
                 None => st.push_nil(),
                 Some(Item::Num(n)) => push_number(st, n),
-                Some(Item::Str(s)) => st.push_bytes(&s),
+                Some(Item::Str(s)) => {
+                    return answer(st, method, &mut |st| {
+                        st.push_bytes(&s);
+                        1
+                    })
+                }
             }
             Ok(1)
         }
-        Err(r) => nil_err(st, r.err),
+        Err(r) => nil_err(st, method, r.err),
     }
 }
 
@@ -642,7 +713,7 @@ fn llen_impl(st: State) -> Result<c_int, Error> {
             st.push_integer(n as i64);
             Ok(1)
         }
-        Err(r) => nil_err(st, r.err),
+        Err(r) => nil_err(st, "llen", r.err),
     }
 }
 
@@ -661,7 +732,7 @@ fn ttl_impl(st: State) -> Result<c_int, Error> {
             st.push_number(ns as f64 / 1e9);
             Ok(1)
         }
-        None => nil_err(st, "not found"),
+        None => nil_err(st, "ttl", "not found"),
     }
 }
 
@@ -676,7 +747,7 @@ fn expire_impl(st: State) -> Result<c_int, Error> {
         st.push_bool(true);
         Ok(1)
     } else {
-        nil_err(st, "not found")
+        nil_err(st, "expire", "not found")
     }
 }
 
@@ -705,12 +776,14 @@ fn get_keys_impl(st: State) -> Result<c_int, Error> {
     let max = uint_arg(st, 2, "get_keys", "max_count", 1024, u32::MAX as u64)?;
     let keys = d.dict.keys(max as usize);
     ensure_stack(st, 3)?;
-    st.create_table(keys.len().min(1 << 26) as c_int, 0);
-    for (i, k) in keys.iter().enumerate() {
-        st.push_bytes(k);
-        st.raw_seti(-2, i as i64 + 1);
-    }
-    Ok(1)
+    answer(st, "get_keys", &mut |st| {
+        st.create_table(keys.len().min(1 << 26) as c_int, 0);
+        for (i, k) in keys.iter().enumerate() {
+            st.push_bytes(k);
+            st.raw_seti(-2, i as i64 + 1);
+        }
+        1
+    })
 }
 
 crate::lua_function!(fn capacity => capacity_impl);

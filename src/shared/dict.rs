@@ -77,6 +77,25 @@ pub enum Scalar {
     Str(Box<[u8]>),
 }
 
+/// A copy of `b`, or `None` when the system refuses the memory (values can be as large as a
+/// dictionary's capacity: an infallible copy would abort the process instead).
+pub fn try_copy(b: &[u8]) -> Option<Box<[u8]>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(b.len()).ok()?;
+    v.extend_from_slice(b);
+    Some(v.into_boxed_slice())
+}
+
+impl Scalar {
+    /// A copy, or `None` when the system refuses the memory for a string's bytes.
+    fn try_clone(&self) -> Option<Scalar> {
+        Some(match self {
+            Scalar::Str(s) => Scalar::Str(try_copy(s)?),
+            other => other.clone(),
+        })
+    }
+}
+
 /// An element of a list.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
@@ -145,6 +164,8 @@ pub enum Got {
     },
     /// The key holds a list (`get` answers nil, "value is a list").
     List,
+    /// The system refused the memory for a copy of the value.
+    NoMemory,
 }
 
 /// How a write that may evict went: `forcible` is true if it evicted live entries.
@@ -346,10 +367,13 @@ impl Dict {
         }
         match &e.value {
             Stored::List(_) => Got::List,
-            Stored::Scalar(v) => Got::Value {
-                value: v.clone(),
-                flags: e.flags,
-                stale: expired,
+            Stored::Scalar(v) => match v.try_clone() {
+                Some(value) => Got::Value {
+                    value,
+                    flags: e.flags,
+                    stale: expired,
+                },
+                None => Got::NoMemory,
             },
         }
     }
