@@ -6,8 +6,10 @@
 -- Prints medians of BENCH_REPS (5) runs with [min-max].
 local vmpool = require "vmpool"
 
-local REPS = tonumber(os.getenv("BENCH_REPS")) or 5
-local LOOP = 30000000
+-- BENCH_QUICK=1: one short repetition, to check that the script works (not to measure)
+local QUICK = os.getenv("BENCH_QUICK") == "1"
+local REPS = tonumber(os.getenv("BENCH_REPS")) or (QUICK and 1 or 5)
+local LOOP = QUICK and 300000 or 30000000
 
 local CHUNK = [[
 return {

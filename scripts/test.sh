@@ -3,8 +3,9 @@
 # runtime the rock installed by LuaRocks, the busted specs against it and a short soak test; with
 # LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh); last, the packed
 # release rock (make dist) installed into a fresh tree as a user would (scripts/install-check.sh).
-# Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0, PORTABLE=0 and
-# SOAK_SECONDS=0 skip the TSan runs, fuzzing, the portable-sys fallback and the soak test.
+# Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0, PORTABLE=0,
+# SOAK_SECONDS=0 and BENCH_SMOKE=0 skip the TSan runs, fuzzing, the portable-sys fallback, the soak
+# test and the quick run of every benchmark script (scripts/bench-smoke.sh).
 set -eu
 cd "$(dirname "$0")/.."
 runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 luajit"}
@@ -44,6 +45,10 @@ for LUA in $runtimes; do
     scripts/test-ngx.sh
   fi
 done
+# every benchmark script once in its quick mode, so none can rot (BENCH_SMOKE=0 skips)
+case " $runtimes " in
+  *" lua5.4 "*) if [ "${BENCH_SMOKE:-1}" != 0 ]; then scripts/bench-smoke.sh lua5.4; fi ;;
+esac
 echo "== packed rock: make dist, luarocks install --server=dist into a fresh tree"
 scripts/dist.sh
 scripts/install-check.sh "${INSTALL_RUNTIMES:-lua5.4}"

@@ -1,0 +1,128 @@
+-- vmpool.shared in plain Lua (issue 11, item 4): what a get and a set of a short string cost next
+-- to a bare C function call, and how the dictionary scales when two pool states and the host
+-- hammer the same 1,000 keys at once.
+--
+--   c_call     rawequal(a, b): the cost of calling any C function from Lua, the floor of a method
+--   get, set   dict:get(key) / dict:set(key, "value-N") over 1,000 keys, nanoseconds per operation
+--   alone      operations per second of the host alone (90% get, 10% set on the same keys)
+--   together   operations per second of the host plus two pool states doing the same at once,
+--              each for the same wall-clock window; scaling = together / alone (goal >= 1.5 on 2 CPUs)
+--
+-- Each round measures every figure once, in the order of the list (so each figure's rounds are
+-- interleaved with the others'); the result is the median of the rounds with min and max.
+--
+-- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/shared.lua'
+--   [--rounds=7] [--ops=2000000] [--seconds=1]; --quick or BENCH_QUICK=1 checks that it works.
+local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+package.path = dir .. "/lib/?.lua;" .. package.path
+
+local B = require "benchlib"
+local vmpool = require "vmpool"
+
+local o = B.options(arg or {})
+o.quick = o.quick or os.getenv("BENCH_QUICK") == "1"
+local rounds = tonumber(o.rounds) or (o.quick and 1 or 7)
+local ops = tonumber(o.ops) or (o.quick and 20000 or 2000000)
+local seconds = tonumber(o.seconds) or (o.quick and 0.05 or 1)
+local clock = vmpool.clock
+local KEYS = 1000
+
+local dict = vmpool.shared("bench", { capacity = "16m" })
+local keys = {}
+for i = 1, KEYS do
+  keys[i] = "key-" .. i
+  dict:set(keys[i], "value-" .. i)
+end
+
+local function per_op(f)
+  local t0 = clock()
+  f(ops)
+  return (clock() - t0) / ops * 1e9
+end
+
+local figures = {
+  c_call = function()
+    return per_op(function(n)
+      local eq, a, b = rawequal, keys[1], keys[2]
+      for _ = 1, n do eq(a, b) end
+    end)
+  end,
+  get = function()
+    return per_op(function(n)
+      local d, k = dict, keys
+      for i = 1, n do d:get(k[i % KEYS + 1]) end
+    end)
+  end,
+  set = function()
+    return per_op(function(n)
+      local d, k = dict, keys
+      for i = 1, n do d:set(k[i % KEYS + 1], "value") end
+    end)
+  end,
+}
+
+-- The mixed load, as chunk source so that pool states run exactly what the host runs.
+local HAMMER = [[
+local vmpool = require "vmpool"
+local clock = vmpool.clock
+function hammer(seconds, nkeys)
+  local d = vmpool.shared("bench")
+  local keys = {}
+  for i = 1, nkeys do keys[i] = "key-" .. i end
+  local n, stop = 0, clock() + seconds
+  while true do
+    for i = 1, 1000 do
+      local k = keys[(n + i) % nkeys + 1]
+      if i % 10 == 0 then d:set(k, "value") else d:get(k) end
+    end
+    n = n + 1000
+    if clock() >= stop then return n / seconds end
+  end
+end
+]]
+local hammer = assert((loadstring or load)(HAMMER))
+hammer()
+local pool = vmpool.new { core = 2, max_noncore = 0 }
+pool:compile("hammer", HAMMER)
+pool:invoke("hammer", "hammer", 0.01, KEYS) -- warm both states' code
+pool:invoke("hammer", "hammer", 0.01, KEYS)
+
+local alone = {}
+local together = {}
+local function contention()
+  alone[#alone + 1] = _G.hammer(seconds, KEYS) -- luacheck: ignore 113
+  local a = pool:submit("hammer", "hammer", seconds, KEYS)
+  local b = pool:submit("hammer", "hammer", seconds, KEYS)
+  local host = _G.hammer(seconds, KEYS) -- luacheck: ignore 113
+  together[#together + 1] = host + a:wait() + b:wait()
+end
+
+local samples = { c_call = {}, get = {}, set = {} }
+for _ = 1, rounds do
+  for _, name in ipairs { "c_call", "get", "set" } do
+    samples[name][#samples[name] + 1] = figures[name]()
+  end
+  contention()
+end
+pool:close()
+
+local scaling = {}
+for i = 1, #alone do scaling[i] = together[i] / alone[i] end
+
+local function show(name, s, unit)
+  print(("%-10s %12.1f %s  [%.1f-%.1f]  (%d rounds)"):format(name, s.median, unit, s.min, s.max, s.n))
+end
+print(("vmpool.shared, %s, %d CPUs, %d keys, %d operations per figure and round, load average %s")
+  :format(vmpool.runtime, tonumber(io.popen("nproc"):read("*l")) or 0, KEYS, ops,
+    (io.open("/proc/loadavg") and io.open("/proc/loadavg"):read("*l"):match("^(%S+ %S+ %S+)") or "?")))
+local c = B.summary(samples.c_call)
+show("c_call", c, "ns/op")
+for _, name in ipairs { "get", "set" } do
+  local s = B.summary(samples[name])
+  show(name, s, "ns/op")
+  print(("%-10s %12.2f x the C call (median)"):format("", s.median / c.median))
+end
+show("alone", B.summary(alone), "ops/s")
+show("together", B.summary(together), "ops/s")
+local sc = B.summary(scaling)
+print(("%-10s %12.2f x alone  [%.2f-%.2f]  (goal >= 1.5)"):format("scaling", sc.median, sc.min, sc.max))

@@ -1,0 +1,22 @@
+#!/bin/sh
+# Runs every benchmark script once in its quick mode (BENCH_QUICK=1), so that none can rot: this
+# checks that each still works against the current API, not what it measures (no figure from here
+# is a verdict). Run by scripts/test.sh after the Lua 5.4 rock is built (BENCH_SMOKE=0 skips).
+# Usage: scripts/bench-smoke.sh [LUA] (default lua5.4; the rock must be built for it)
+set -eu
+cd "$(dirname "$0")/.."
+LUA=${1:-lua5.4}
+export LUA BENCH_QUICK=1
+# shellcheck disable=SC1091
+. scripts/luaenv.sh
+run() {
+  echo "== bench smoke ($LUA): $*"
+  "$LUA" "$@" > /tmp/vmpool-bench-smoke.$$ 2>&1 || { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
+  rm -f /tmp/vmpool-bench-smoke.$$
+}
+run bench/micro.lua --scale=0.001
+run bench/workload.lua --strategy=unbounded --p=10 --calls=200 --cpus=2
+run bench/chunks.lua
+run bench/limits.lua
+run bench/shared.lua
+echo "bench smoke: every benchmark script ran"
