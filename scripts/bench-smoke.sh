@@ -19,4 +19,11 @@ run bench/workload.lua --strategy=unbounded --p=10 --calls=200 --cpus=2
 run bench/chunks.lua
 run bench/limits.lua
 run bench/shared.lua
+# the OpenResty scripts, when the LuaJIT rock is built (make test builds it) and nginx is there
+if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then
+  echo "== bench smoke (luajit, nginx): bench/ngx/shared.lua"
+  SKIP_BUILD=1 ROUNDS=1 N=1000 bench/ngx/run.sh bench/ngx/shared.lua > /tmp/vmpool-bench-smoke.$$ 2>&1 ||
+    { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
+  rm -f /tmp/vmpool-bench-smoke.$$
+fi
 echo "bench smoke: every benchmark script ran"

@@ -2,6 +2,7 @@
 # Runs the OpenResty benchmark (see README.md here): builds and installs the rock for LuaJIT,
 # then bench/ngx/run.lua. Settings through the environment, e.g.
 #   ROUNDS=5 DURATION=10 bench/ngx/run.sh
+# or another script of this folder with the same set-up: bench/ngx/run.sh bench/ngx/shared.lua
 set -eu
 cd "$(dirname "$0")/../.."
 [ "${SKIP_BUILD:-}" = 1 ] || scripts/rock.sh luajit
@@ -9,6 +10,8 @@ for cmd in nginx wrk luajit; do
   command -v "$cmd" >/dev/null 2>&1 || { echo "vmpool: $cmd is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 done
 VMPOOL_NGX_TMP=$(mktemp -d /tmp/vmpool-ngx-bench.XXXXXX)
+# the workers run as nobody when this runs as root: they read Lua files under the prefix
+chmod 755 "$VMPOOL_NGX_TMP"
 VMPOOL_ROOT=$PWD
 export VMPOOL_NGX_TMP VMPOOL_ROOT
 cleanup() {
@@ -21,4 +24,4 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-luajit bench/ngx/run.lua
+luajit "${1:-bench/ngx/run.lua}"
