@@ -2,7 +2,7 @@
 -- bench/run.sh after the suites; `bench/run.sh render` reruns it alone). Every number, and every
 -- comparison the prose makes, is computed from those results: rerunning the suites on another
 -- machine rewrites the analysis to match its numbers. One module per section in bench/report/
--- (header, targets, micro, workload, callgrind, analysis, seed), on top of report/results.lua (the
+-- (header, targets, micro, peers, workload, callgrind, analysis, seed), on top of report/results.lua (the
 -- saved results and their summaries), report/format.lua (numbers, comparisons) and report/doc.lua
 -- (the Markdown being written).
 --
@@ -34,16 +34,17 @@ require("report.header").section(R.machine or {})
 for _, s in ipairs {
   { "Targets", "targets" },
   { "1. Micro benchmark", "micro", true },
-  { "2. Workload: strategies × parallelism × CPUs", "workload", true },
-  { "3. Instructions per call (callgrind)", "callgrind", true },
-  { "4. Analysis", "analysis" },
-  { "5. The seed report's figures (gopher-lua, for reference only)", "seed" },
+  { "2. Peers: Lua Lanes and effil in the same run", "peers" },
+  { "3. Workload: strategies × parallelism × CPUs", "workload", true },
+  { "4. Instructions per call (callgrind)", "callgrind", true },
+  { "5. Analysis", "analysis" },
+  { "6. The seed report's figures (gopher-lua, for reference only)", "seed" },
 } do
   w("## ", s[1])
   w("")
   require("report." .. s[2]).section(s[3])
 end
-w("## 6. Method and reruns")
+w("## 7. Method and reruns")
 w("")
 w("See `bench/README.md`: what each suite measures, how runs are interleaved, and how to rerun one part " ..
   "(`bench/run.sh micro|workload|callgrind`, `bench/compare A B`). Raw results of this report: `bench/out/*.dat` " ..

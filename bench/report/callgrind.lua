@@ -1,4 +1,4 @@
--- Section 3 of the report: instructions per call from callgrind (bench/cg.lua under valgrind): the
+-- Section 4 of the report: instructions per call from callgrind (bench/cg.lua under valgrind): the
 -- table per runtime, the hand-off's share, the chart, and the per-function profiles of the
 -- symbolized hosts (where the instructions go, by function, by object, by kind of work).
 local svg = require "svg"

@@ -1,6 +1,7 @@
 -- Section 1 of the report: the micro benchmark (bench/micro.lua, one process per run): the figures
 -- per runtime with their ratio to the direct call, the round trip's fast and slow modes, the Rust
--- ping-pong floor, per-call latency percentiles, allocations per call and the chart.
+-- ping-pong floor, per-call latency percentiles, allocations per call and the chart. Lua Lanes and
+-- effil, run in the same repetitions, have their own section (report/peers.lua).
 local B = require "benchlib"
 local svg = require "svg"
 local D = require "report.doc"
@@ -20,13 +21,8 @@ local MICRO_FIGS = {
   { "echo10", "`pool:invoke` echo of a 10-field table" },
   { "submit", "`pool:submit`, 1000 futures in flight (default pool)" },
   { "co_invoke", "`pool:co_invoke`, 1000 coroutines in flight (default pool)" },
-  { "lanes_invoke", "Lua Lanes round trip (1 lane, linda)" },
-  { "lanes_stream", "Lua Lanes, 1000 in flight (CPUs lanes)" },
-  { "effil_invoke", "effil round trip (1 thread, channel)" },
-  { "effil_stream", "effil, 1000 in flight (CPUs threads)" },
 }
-local FLOOR_OF = { invoke = "direct", echo10 = "echo10_direct", submit = "direct", co_invoke = "direct",
-  lanes_invoke = "direct", lanes_stream = "direct", effil_invoke = "direct", effil_stream = "direct" }
+local FLOOR_OF = { invoke = "direct", echo10 = "echo10_direct", submit = "direct", co_invoke = "direct" }
 
 
 --- the runtimes with runs on 2 CPUs, and the table's columns (those, then Lua 5.4 on 1 CPU)
@@ -129,30 +125,6 @@ local function round_trip_modes(micro, rts)
         n, #fast, f and string.format("; p50 %s–%s µs", t(f.min), t(f.max)) or "", #slow, t(a50.min), t(a50.max),
         t(a90.min), t(a90.max), mixed))
     end
-    w("")
-  end
-end
-
---- which of the other libraries were missing or failed, and how to install them
-local function absent_baselines(micro, rts)
-  local absent = {}
-  for _, lua in ipairs(rts) do
-    local r = micro.runs[lua .. ":2"][1]
-    for _, kind in ipairs { "lanes", "effil" } do
-      local b = r.baselines and r.baselines[kind]
-      if b and (b.absent or b.failed) then
-        absent[#absent + 1] = string.format("%s on %s: %s", kind == "lanes" and "Lua Lanes" or "effil",
-          RUNTIME_LABEL[lua],
-          b.absent and ("not installed (`" .. b.absent:gsub(":$", "") .. "`)") or ("failed: " .. b.failed))
-      end
-    end
-  end
-  if #absent > 0 then
-    w("Baselines from other libraries: ", table.concat(absent, "; "), ". Neither library is packaged by " ..
-      "Debian; install them with LuaRocks for the runtime (`luarocks --lua-version=5.4 install lanes`, " ..
-      "`... install effil`) and rerun: `bench/lib/baselines.lua` measures them as their documentation " ..
-      "recommends for a pool (lanes fed through a linda, effil threads fed through a channel). " ..
-      "FACTS.md has prototype figures for both (Lanes 19–30 µs, effil 11–21 µs per round trip).")
     w("")
   end
 end
@@ -295,7 +267,6 @@ local function section(charts)
   local rts, cols = columns(micro)
   figures(micro, cols)
   round_trip_modes(micro, rts)
-  absent_baselines(micro, rts)
   rust_floor(micro, cols)
   latency(micro, cols)
   allocations(micro, rts)

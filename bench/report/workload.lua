@@ -1,4 +1,4 @@
--- Section 2 of the report: the workload (bench/workload.lua): the seed's script from P coroutines
+-- Section 3 of the report: the workload (bench/workload.lua): the seed's script from P coroutines
 -- under every strategy of lib/strategies.lua, one table and two charts per CPU count, then idle
 -- release and the baselines that were missing.
 local svg = require "svg"
@@ -129,8 +129,8 @@ local function absent_baselines(wl)
   end
   table.sort(bl)
   if #bl > 0 then
-    w("Rows for Lua Lanes and effil are missing because they are not installed for ", wl.lua, " (",
-      table.concat(bl, "; "), ").")
+    w("Rows for Lua Lanes and effil are missing because they were not found for ", wl.lua, " (",
+      table.concat(bl, "; "), "); section 2 says how to build them and point the report at them (VMPOOL_PEERS).")
     w("")
   end
 end
