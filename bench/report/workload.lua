@@ -47,7 +47,8 @@ local function cpu_table(wl, strategies, cpus, charts)
           string.format("%s / %s", num(r.cpu and r.cpu.median, 0), num(r.peak_cpu and r.peak_cpu.median, 0)),
           num(mb(r.rss.median), 1),
           s.kind == "vmpool" and string.format("%s / %s", num(r.created.median, 0), num(r.closed.median, 0)) or "–",
-          num(c.native_bytes, 0), num(c.host_lua_bytes, 0),
+          -- the counting allocator sees vmpool's allocations only, not a peer's
+          (s.kind == "lanes" or s.kind == "effil") and "–" or num(c.native_bytes, 0), num(c.host_lua_bytes, 0),
           r.startup and t(r.startup.median * 1000) or "–",
         }
       end
@@ -129,8 +130,8 @@ local function absent_baselines(wl)
   end
   table.sort(bl)
   if #bl > 0 then
-    w("Rows for Lua Lanes and effil are missing because they were not found for ", wl.lua, " (",
-      table.concat(bl, "; "), "); section 2 says how to build them and point the report at them (VMPOOL_PEERS).")
+    w("Rows missing because the library was not found for ", wl.lua, ": ", table.concat(bl, "; "),
+      ". Section 2 says how to build Lua Lanes and effil and point the report at them (VMPOOL_PEERS).")
     w("")
   end
 end
