@@ -33,11 +33,11 @@ if [ -z "${VMPOOL_PEERS:-}" ]; then
   echo "bench/peers/build.sh: set VMPOOL_PEERS to the directory to build into (outside the repository)" >&2
   exit 2
 fi
-mkdir -p "$VMPOOL_PEERS"
-out=$(cd "$VMPOOL_PEERS" && pwd)
+out=$(realpath -m "$VMPOOL_PEERS")
 case "$out/" in
   "$repo"/*) echo "bench/peers/build.sh: VMPOOL_PEERS=$out is inside the repository; choose a directory outside it" >&2; exit 2 ;;
 esac
+mkdir -p "$out"
 [ -f "$lanes_src/src/lanes.lua" ] || { echo "bench/peers/build.sh: $lanes_src is not a Lua Lanes source tree (no src/lanes.lua)" >&2; exit 2; }
 [ -f "$effil_src/CMakeLists.txt" ] || { echo "bench/peers/build.sh: $effil_src is not an effil source tree (no CMakeLists.txt)" >&2; exit 2; }
 [ -f "$effil_src/libs/sol/single/sol/sol.hpp" ] || [ -d "$effil_src/libs/sol/sol" ] || {
