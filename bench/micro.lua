@@ -7,8 +7,8 @@
 --   echo10       pool:invoke of echo(t) with a 10-field table (t goes in, a copy comes back)
 --   submit       pool:submit, 1000 futures in flight (submit 1000, then wait each), default pool
 --   co_invoke    pool:co_invoke from 1000 coroutines under vmpool.run, default pool
---   lanes_*, effil_*  the same round trip and 1000-in-flight stream with Lua Lanes / effil, when
---                installed (see lib/baselines.lua)
+--
+-- Lua Lanes and effil are measured by bench/peers.lua, in the same interleaved repetitions.
 --
 -- With a count-alloc build of the module (pool._alloc_counts exists) each figure also records the
 -- native bytes and allocations per call, and the host Lua heap growth per call with the host's GC
@@ -19,7 +19,6 @@ local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/lib/?.lua;" .. package.path
 
 local B = require "benchlib"
-local baselines = require "baselines"
 local vmpool = require "vmpool"
 
 local o = B.options(arg or {})
@@ -159,30 +158,6 @@ end, IN_FLIGHT)
 
 pool1:close()
 pool_default:close()
-
--- the other libraries, same figures
-result.baselines = {}
-for _, kind in ipairs { "lanes", "effil" } do
-  local mod, why = baselines.available(kind)
-  if not mod then
-    result.baselines[kind] = { absent = why }
-  else
-    local ok, err = pcall(function()
-      local p1 = assert(baselines.pool(kind, 1))
-      measure(kind .. "_invoke", count(20000), function(n)
-        for i = 1, n do
-          local a = p1.call(i)
-          if a ~= i then error(kind .. ": wrong result") end
-        end
-      end)
-      p1.close()
-      local pn = assert(baselines.pool(kind, tonumber(o.cpus) or 2))
-      measure(kind .. "_stream", count(20) * IN_FLIGHT, function(n) pn.stream(IN_FLIGHT, n) end, IN_FLIGHT)
-      pn.close()
-    end)
-    result.baselines[kind] = ok and { present = true } or { failed = tostring(err) }
-  end
-end
 
 result.rss_kb = B.status_field("VmHWM")
 print(B.result_line(result))

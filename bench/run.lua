@@ -18,6 +18,10 @@
 --   BENCH_RUNTIMES="..."   runtimes of the micro benchmark and callgrind (lua5.1 lua5.4 luajit)
 --   BENCH_WORKLOAD_LUA=..  runtime of the workload matrix (default lua5.4)
 --   BENCH_CPUS="1 2"       CPU counts of the workload (taskset -c 0..N-1)
+--   VMPOOL_PEERS=DIR       Lua Lanes and effil built by bench/peers/build.sh into DIR/<lua>/: the
+--                          micro suite then runs bench/peers.lua for them and for vmpool, and the
+--                          workload adds their rows (unset: they are measured only if `require`
+--                          finds them anyway, e.g. installed with LuaRocks)
 package.path = "bench/lib/?.lua;" .. package.path
 local B = require "benchlib"
 local S = require "strategies"
@@ -45,6 +49,8 @@ local CALLS_PER_P = QUICK and 5 or 20
 local MIN_CALLS = QUICK and 10000 or 50000
 local NOPOOL_PER_P = QUICK and 1 or 2
 local MICRO_SCALE = QUICK and 0.25 or 1
+local PEERS = env("VMPOOL_PEERS")
+if PEERS == "" then PEERS = nil end
 local PINGPONG_N = QUICK and 50000 or 200000
 -- callgrind run lengths: the difference cancels start-up
 local CG_N1, CG_N2 = 2000, 12000
@@ -108,8 +114,14 @@ local function measure(spec)
     parts[#parts + 1] = "bench/sample.sh " .. sample_file
   end
   if spec.cpath then
-    parts[#parts + 1] = "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_CPATH_5_4 LUA_CPATH=" ..
-      sh_quote(spec.cpath .. "/?.so;;")
+    -- the peers' modules (spec.peers: PEERS/<lua>) after vmpool's, never instead of it
+    local cpath, path = spec.cpath .. "/?.so;", ""
+    if spec.peers then
+      cpath = cpath .. spec.peers .. "/lib/?.so;"
+      path = " LUA_PATH=" .. sh_quote(spec.peers .. "/share/?.lua;;")
+    end
+    parts[#parts + 1] = "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_CPATH_5_4 -u LUA_PATH_5_4 LUA_CPATH=" ..
+      sh_quote(cpath .. ";") .. path
   end
   if NICE ~= 0 then parts[#parts + 1] = "nice -n " .. NICE end
   if spec.cpus then parts[#parts + 1] = "taskset -c " .. cpu_list(spec.cpus) end
@@ -171,7 +183,7 @@ end
 local function command_line(what)
   local vars = {}
   for _, k in ipairs { "BENCH_QUICK", "BENCH_REPS", "BENCH_NICE", "BENCH_RUNTIMES", "BENCH_WORKLOAD_LUA",
-    "BENCH_CPUS" } do
+    "BENCH_CPUS", "VMPOOL_PEERS" } do
     local v = env(k)
     if v and v ~= "" then vars[#vars + 1] = k .. "=" .. sh_quote(v) end
   end
@@ -184,7 +196,7 @@ local function settings()
   return {
     quick = QUICK, reps = REPS, nice = NICE, runtimes = RUNTIMES, workload_lua = WORKLOAD_LUA,
     cpus = CPUS, ps = PS, calls_per_p = CALLS_PER_P, min_calls = MIN_CALLS, nopool_per_p = NOPOOL_PER_P,
-    micro_scale = MICRO_SCALE, pingpong_n = PINGPONG_N, cg_n1 = CG_N1, cg_n2 = CG_N2,
+    micro_scale = MICRO_SCALE, pingpong_n = PINGPONG_N, cg_n1 = CG_N1, cg_n2 = CG_N2, peers = PEERS,
   }
 end
 
@@ -198,6 +210,49 @@ end
 local function progress(fmt, ...)
   io.stdout:write(string.format(fmt, ...), "\n")
   io.stdout:flush()
+end
+
+--- the peers (Lua Lanes, effil) -----------------------------------------------------------------
+
+--- PEERS/<lua>, when PEERS is set
+local function peers_dir(lua) return PEERS and (PEERS .. "/" .. lua) or nil end
+
+--- For each peer, "present" or the first line of the error `require` gave on runtime `lua` (with
+--- the same module paths as the measuring processes).
+local function baseline_presence(lua)
+  local out = {}
+  local dirp = peers_dir(lua)
+  local prefix = "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_PATH_5_4 -u LUA_CPATH_5_4 "
+  if dirp then
+    prefix = prefix .. "LUA_PATH=" .. sh_quote(dirp .. "/share/?.lua;;") .. " LUA_CPATH=" ..
+      sh_quote(dirp .. "/lib/?.so;;") .. " "
+  end
+  for _, mod in ipairs { "lanes", "effil" } do
+    local r = capture(prefix .. lua .. " -e " .. sh_quote("local ok, e = pcall(require, '" .. mod ..
+      "') print(ok and 'present' or (tostring(e):match('^[^\\n]*')))"))
+    -- bench/peers/build.sh writes down why it did not build a peer for this runtime
+    local skipped = r ~= "present" and dirp and B.read_file(dirp .. "/" .. mod .. ".skipped")
+    out[mod] = skipped and ("not built: " .. skipped:gsub("%s+$", "")) or r
+  end
+  return out
+end
+
+--- The peers benchmark's jobs (bench/peers.lua): on every runtime where a peer loads, that peer and
+--- vmpool; and what was found where, for the report.
+local function peers_jobs()
+  local jobs, presence = {}, {}
+  for _, lua in ipairs(RUNTIMES) do
+    presence[lua] = baseline_presence(lua)
+    local libs = {}
+    for _, lib in ipairs { "lanes", "effil" } do
+      if presence[lua][lib] == "present" then libs[#libs + 1] = lib end
+    end
+    if #libs > 0 then table.insert(libs, 1, "vmpool") end
+    for _, lib in ipairs(libs) do
+      jobs[#jobs + 1] = { key = "peers:" .. lib .. ":" .. lua, kind = "peers", lib = lib, lua = lua, cpus = 2 }
+    end
+  end
+  return jobs, { dir = PEERS, presence = presence }
 end
 
 --- micro ------------------------------------------------------------------------------------------
@@ -216,6 +271,11 @@ local function run_micro_job(job)
   if job.kind == "pingpong" then
     return measure { argv = { OUT .. "/bin/pingpong", tostring(PINGPONG_N) }, cpus = job.cpus }
   end
+  if job.kind == "peers" then
+    local argv = { job.lua, "bench/peers.lua", "--lib=" .. job.lib, "--scale=" .. MICRO_SCALE, "--cpus=" .. job.cpus }
+    return measure { argv = argv, cpus = job.cpus, cpath = module_dir(job.lua, job.tree or "rock"),
+      peers = peers_dir(job.lua) }
+  end
   local argv = { job.lua, "bench/micro.lua", "--scale=" .. MICRO_SCALE, "--cpus=" .. job.cpus }
   return measure { argv = argv, cpus = job.cpus, cpath = module_dir(job.lua, job.tree) }
 end
@@ -225,6 +285,9 @@ local function suite_micro()
   local jobs = micro_jobs()
   table.insert(jobs, 1, { key = "pingpong:2", kind = "pingpong", cpus = 2 })
   table.insert(jobs, 2, { key = "pingpong:1", kind = "pingpong", cpus = 1 })
+  -- the peers in the same interleaved repetitions, so their ratios to vmpool are paired
+  local pjobs, peers = peers_jobs()
+  for _, j in ipairs(pjobs) do jobs[#jobs + 1] = j end
   local runs, errors = {}, {}
   local total = REPS * #jobs
   local done = 0
@@ -234,10 +297,14 @@ local function suite_micro()
       local res, err = run_micro_job(job)
       runs[job.key] = runs[job.key] or {}
       if res then
+        res.rep = r -- pairs the peers with vmpool by repetition, whichever runs failed
         table.insert(runs[job.key], res)
         local f = res.figures and res.figures.invoke
+        local rt = res.figures and res.figures.round_trip
         progress("[micro %d/%d] %-16s rep %d: %s", done, total, job.key, r,
           f and string.format("invoke %.2f us", f.us) or
+          rt and string.format("round trip %.2f us", rt.us) or
+          res.absent and ("absent: " .. res.absent) or
           string.format("mpsc %.2f us", res.mpsc_us or 0))
       else
         errors[#errors + 1] = err
@@ -257,7 +324,8 @@ local function suite_micro()
     if res then counts[key] = res else errors[#errors + 1] = err end
     progress("[micro count] %s %s", key, res and "ok" or ("FAILED " .. tostring(err)))
   end
-  local result = { runs = runs, counts = counts, errors = errors, seconds = now() - t0, settings = settings() }
+  local result = { runs = runs, counts = counts, errors = errors, peers = peers, seconds = now() - t0,
+    settings = settings() }
   save("micro", result)
   return result
 end
@@ -267,16 +335,6 @@ end
 local function calls_for(strategy, p)
   if strategy.id == "nopool" then return NOPOOL_PER_P * p end
   return math.max(CALLS_PER_P * p, MIN_CALLS)
-end
-
-local function baseline_presence(lua)
-  local out = {}
-  for _, mod in ipairs { "lanes", "effil" } do
-    local r = capture(lua .. " -e " .. sh_quote("local ok, e = pcall(require, '" .. mod ..
-      "') print(ok and 'present' or (tostring(e):match('^[^\\n]*')))"))
-    out[mod] = r
-  end
-  return out
 end
 
 local function suite_workload()
@@ -309,7 +367,8 @@ local function suite_workload()
   for r = 1, REPS do
     for _, c in ipairs(rotated(configs, r)) do
       done = done + 1
-      local res, err = measure { argv = argv(c), cpus = c.cpus, cpath = module_dir(lua, "rock"), sample = true }
+      local res, err = measure { argv = argv(c), cpus = c.cpus, cpath = module_dir(lua, "rock"), sample = true,
+        peers = peers_dir(lua) }
       runs[c.key] = runs[c.key] or {}
       if res then
         table.insert(runs[c.key], res)
@@ -323,7 +382,8 @@ local function suite_workload()
   end
   for _, c in ipairs(configs) do
     done = done + 1
-    local res, err = measure { argv = argv(c, true), cpus = c.cpus, cpath = module_dir(lua, "count") }
+    local res, err = measure { argv = argv(c, true), cpus = c.cpus, cpath = module_dir(lua, "count"),
+      peers = peers_dir(lua) }
     if res then counts[c.key] = res else errors[#errors + 1] = err end
     progress("[workload %d/%d] %-24s count: %s", done, total, c.key,
       res and string.format("%.0f native B/op", res.native_bytes or 0) or ("FAILED " .. tostring(err)))

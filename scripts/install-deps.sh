@@ -1,6 +1,8 @@
 #!/bin/sh
 # Installs the Debian packages vmpool needs (only the missing ones). Runs apt-get as root, or
 # through sudo. Usage: scripts/install-deps.sh [extra-package ...]
+# The extras are what optional tools add for themselves, never CI: valgrind and util-linux for the
+# benchmarks (bench/run.sh), cmake, g++ and clang for building the peers (bench/peers/build.sh).
 set -eu
 pkgs="lua5.1 liblua5.1-0-dev lua5.2 liblua5.2-dev lua5.3 liblua5.3-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev luarocks lua-busted
       lua-check lua-socket lua-posix lua-cqueues lua-luv nginx libnginx-mod-http-lua lua-resty-core wrk procps
