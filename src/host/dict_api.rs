@@ -21,7 +21,7 @@ use mlua::ffi;
 use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged};
 use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
-use crate::shared::dict::{self, Got, Item, Mode, Number, Refused, Scalar, Written};
+use crate::shared::dict::{self, Found, Item, Kind, Mode, Number, Refused, Scalar, Written};
 use crate::shared::{self as registry, Named, Options};
 use crate::Error;
 
@@ -486,21 +486,42 @@ fn tostring_impl(st: State) -> Result<c_int, Error> {
     })
 }
 
+thread_local! {
+    /// The buffer `get` copies a string value into (taken out while in use: a finalizer that
+    /// runs during the push and calls `get` again gets a fresh one).
+    static GET_BUFFER: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
 fn get_common(st: State, method: &str, stale: bool) -> Result<c_int, Error> {
     let d = this(st, method)?;
     let k = key(st, 2, method)?;
-    let found = d.dict.get(k, stale);
+    let mut bytes = GET_BUFFER.with(|b| b.take());
+    let found = d.dict.get_into(k, stale, &mut bytes);
+    let result = answer_found(st, method, stale, found, &bytes);
+    if bytes.capacity() <= 64 * 1024 {
+        GET_BUFFER.with(|b| b.set(bytes)); // big values do not stay resident
+    }
+    result
+}
+
+fn answer_found(
+    st: State,
+    method: &str,
+    stale: bool,
+    found: Found,
+    bytes: &[u8],
+) -> Result<c_int, Error> {
     ensure_stack(st, 3)?;
     match found {
-        Got::Missing => {
+        Found::Missing => {
             st.push_nil();
             Ok(1)
         }
-        Got::List => nil_err(st, method, "value is a list"),
-        Got::NoMemory => Err(Error::NoMemory {
+        Found::List => nil_err(st, method, "value is a list"),
+        Found::NoMemory => Err(Error::NoMemory {
             doing: format!("copying the value for dict:{method}()"),
         }),
-        Got::Value {
+        Found::Value {
             value,
             flags,
             stale: is_stale,
@@ -520,14 +541,19 @@ fn get_common(st: State, method: &str, stale: bool) -> Result<c_int, Error> {
                     2
                 }
             };
-            if let Scalar::Str(_) = value {
-                answer(st, method, &mut |st| {
-                    push_scalar(st, &value);
+            match value {
+                Kind::Str => answer(st, method, &mut |st| {
+                    st.push_bytes(bytes);
                     rest(st)
-                })
-            } else {
-                push_scalar(st, &value);
-                Ok(rest(st))
+                }),
+                Kind::Bool(b) => {
+                    st.push_bool(b);
+                    Ok(rest(st))
+                }
+                Kind::Num(n) => {
+                    push_number(st, n);
+                    Ok(rest(st))
+                }
             }
         }
     }
