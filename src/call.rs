@@ -55,6 +55,9 @@ pub enum Job {
     Invoke,
     /// Run a full garbage collection (`pool:collect()`).
     Collect,
+    /// Run a chunk's function once per item of a batch (`pool:map`): `buf` holds the items (see
+    /// `child/batch.rs`), and the results replace them.
+    Map,
 }
 
 /// The parts of a call that change hands with its phase.
@@ -69,6 +72,9 @@ pub struct CallData {
     /// When a queued call stops waiting for a state.
     pub acquire_deadline: Option<Instant>,
     pub subscriber: Option<Subscriber>,
+    /// A [`Job::Map`] batch: how many items ran to the end, whose results are in `buf` (or, for
+    /// a batch that failed at an item, in `data.buf` under the error).
+    pub items_done: u32,
 }
 
 pub struct Call {
@@ -94,6 +100,7 @@ impl Default for Call {
                 buf: Vec::new(),
                 acquire_deadline: None,
                 subscriber: None,
+                items_done: 0,
             }),
             result: OnceLock::new(),
         }
@@ -123,6 +130,7 @@ impl Call {
         d.buf.clear();
         d.acquire_deadline = None;
         d.subscriber = None;
+        d.items_done = 0;
     }
 
     #[inline]

@@ -55,6 +55,7 @@ compile_error!("select a Lua runtime: --features lua51, lua52, lua53, lua54 or l
 // the loadable-module build; the Rust tests build without it.
 #[cfg_attr(not(feature = "module"), allow(dead_code))]
 pub(crate) mod abi;
+pub(crate) mod batch;
 pub(crate) mod call;
 pub(crate) mod child;
 pub(crate) mod chunk;

@@ -1,0 +1,810 @@
+//! `pool:map(name, fn, list [, options])`: `fn` once per item of `list`, in batches (one job
+//! carries many items, so the cost of a dispatch is paid once per batch, not per item), with the
+//! results in list order.
+//!
+//! A [`MapRun`] keeps a window of batches in flight (a few per state, so that a state that
+//! finishes one finds the next already queued while the host stores results) and takes them back
+//! in list order: the front batch is the one waited for, its results go into the results table,
+//! and a new batch is encoded and submitted in its place. Taking them in order makes the error
+//! reported in the default mode that of the first failing item in the list, whatever order the
+//! states finished in.
+//!
+//! The blocking `pool:map` runs the whole loop natively. The coroutine-aware variants
+//! (`co_map` under `vmpool.run` and in OpenResty, in `vmpool.lua` and `ngx.lua`) hold a
+//! `MapRun` in a userdata and drive it step by step: `m:_step(list, results, errors)` does what
+//! can be done without waiting, and the scheduler is told which call to wake the coroutine for
+//! (`driver:_watch(m)`, `m:_subscribe(notifier, token)`).
+//!
+//! Nothing leaks when a map stops early: a map that fails cancels its batches that have not
+//! started and asks running ones to stop after their current item (the call's interrupt flag,
+//! which a state checks between items), and returns only once none is in flight; a `MapRun`
+//! dropped midway (a `co_map` whose coroutine was abandoned) does the same cancelling.
+
+use std::collections::VecDeque;
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use crate::call::{Call, Job};
+use crate::chunk::Chunk;
+use crate::host::call_cache::CallCache;
+use crate::host::call_io::{bad_arg, PoolHandle, RESULT_WAIT};
+use crate::host::notifier_api::NotifierHandle;
+use crate::host::protect::{protected, push_str};
+use crate::host::userdata::{self, UV_MAP};
+use crate::lua::{State, TBOOLEAN, TNIL, TNONE, TNUMBER, TSTRING, TTABLE};
+use crate::notify::Subscriber;
+use crate::pool::Pool;
+use crate::value::{self, Role};
+use crate::Error;
+
+/// Most items in a batch whose size the map chooses: a trivial item costs a state about 0.2 µs,
+/// so 1,024 of them make a job of about 200 µs, against a few µs of dispatch per job.
+pub const MAX_AUTO_BATCH: usize = 1024;
+/// Batches per state a short list is cut into when the map chooses: small enough pieces that
+/// states finishing at different times still end together (the last batch is 1/8 of a state's
+/// share).
+pub const BATCHES_PER_STATE: usize = 8;
+/// Batches in flight per state: one running, one queued behind it.
+pub const IN_FLIGHT_PER_STATE: usize = 2;
+
+const KNOWN: &[&str] = &["batch", "errors", "unpack"];
+
+/// Stack slots that encoding nested tables needs: two per level and the encoder's margin.
+const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
+
+/// How the items are cut into batches.
+enum Sizes {
+    /// The `batch` option: this many items per batch (the last one may have fewer).
+    Fixed(usize),
+    /// Chosen by the map: `count` batches, the first `rem` of them one item longer than `base`.
+    Even { base: usize, rem: usize },
+}
+
+struct Batch {
+    /// Index (from 0) of the batch's first item in the list.
+    first: usize,
+    count: usize,
+    call: Arc<Call>,
+    /// Handed to the pool (false: refused for now, tried again once one of ours finishes).
+    submitted: bool,
+    /// How many batches of this map had finished when it was submitted.
+    mark: u64,
+}
+
+pub struct MapRun {
+    pool: Arc<Pool>,
+    chunk: Arc<Chunk>,
+    func: Vec<u8>,
+    /// Each item is a table of arguments (option `unpack`), not the argument.
+    unpack: bool,
+    /// Errors are collected by index (option `errors = "collect"`) instead of stopping the map.
+    collect: bool,
+    len: usize,
+    /// The next item (from 0) not yet in a batch.
+    next: usize,
+    sizes: Sizes,
+    /// Batches cut so far from the list (not counting those made again for the rest of a batch).
+    made: usize,
+    window: usize,
+    flight: VecDeque<Batch>,
+    completed: u64,
+    /// Set once the map has failed: nothing new is submitted, and the error is raised once
+    /// nothing is in flight any more.
+    failure: Option<Error>,
+    cache: CallCache,
+    encoder: value::Encoder,
+}
+
+impl userdata::Tagged for MapRun {
+    const TAG: u64 = 0x766d_706f_6f6c_0006;
+}
+
+fn pool_handle<'a>(st: State, idx: c_int, method: &str) -> Result<&'a mut PoolHandle, Error> {
+    userdata::get::<PoolHandle>(st, idx)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument(format!(
+                "bad argument #1 to '{method}': expected a pool, got {} (call it as pool:{method}(...), with a colon)",
+                st.type_name(idx)
+            ))
+        })
+}
+
+fn map_handle<'a>(st: State) -> Result<&'a mut MapRun, Error> {
+    userdata::get::<MapRun>(st, 1)
+        .and_then(|b| b.get())
+        .ok_or_else(|| Error::Internal("expected a map run as first argument".into()))
+}
+
+struct Options {
+    unpack: bool,
+    collect: bool,
+    batch: Option<usize>,
+}
+
+/// Reads the options table at `idx` (nil or none: the defaults).
+fn options(st: State, idx: c_int, method: &str) -> Result<Options, Error> {
+    let mut o = Options {
+        unpack: false,
+        collect: false,
+        batch: None,
+    };
+    match st.type_of(idx) {
+        TNIL | TNONE => return Ok(o),
+        TTABLE => {}
+        _ => return Err(bad_arg(st, idx, 4, method, "a table of options or nil")),
+    }
+    if !st.check_stack(3) {
+        return Err(Error::Internal("no Lua stack space".into()));
+    }
+    let top = st.top();
+    let wrong = |what: &str, expected: &str, st: State| {
+        Error::BadArgument(format!(
+            "bad argument #4 to '{method}': option '{what}' must be {expected} (got {})",
+            describe(st, -1)
+        ))
+    };
+    st.push_nil();
+    let mut result = Ok(());
+    while st.next(idx) {
+        let key = (st.type_of(-2) == TSTRING)
+            .then(|| st.to_bytes(-2))
+            .flatten()
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .filter(|k| KNOWN.contains(k));
+        let r = match key {
+            Some("unpack") if st.type_of(-1) == TBOOLEAN => {
+                o.unpack = st.to_boolean(-1);
+                Ok(())
+            }
+            Some("unpack") => Err(wrong("unpack", "a boolean", st)),
+            Some("errors") => match st.to_bytes(-1).filter(|_| st.type_of(-1) == TSTRING) {
+                Some(b"stop") => {
+                    o.collect = false;
+                    Ok(())
+                }
+                Some(b"collect") => {
+                    o.collect = true;
+                    Ok(())
+                }
+                _ => Err(wrong("errors", "\"stop\" or \"collect\"", st)),
+            },
+            Some(_) => {
+                let n = st.to_number(-1);
+                if st.type_of(-1) == TNUMBER && n >= 1.0 && n.fract() == 0.0 && n <= 1e9 {
+                    o.batch = Some(n as usize);
+                    Ok(())
+                } else {
+                    Err(wrong(
+                        "batch",
+                        "a positive integer (items per batch, at most 1e9)",
+                        st,
+                    ))
+                }
+            }
+            None => Err(Error::BadArgument(format!(
+                "bad argument #4 to '{method}': unknown option {} (known options: {})",
+                describe(st, -2),
+                KNOWN.join(", ")
+            ))),
+        };
+        st.pop(1);
+        if r.is_err() {
+            result = r;
+            break;
+        }
+    }
+    st.set_top(top);
+    result.map(|()| o)
+}
+
+/// A value for a message: strings quoted, numbers and booleans as Lua shows them, else the type.
+fn describe(st: State, idx: c_int) -> String {
+    match st.type_of(idx) {
+        TSTRING => format!(
+            "'{}'",
+            String::from_utf8_lossy(st.to_bytes(idx).unwrap_or_default())
+        ),
+        TNUMBER => crate::error::lua_number(st.to_number(idx)),
+        TBOOLEAN => st.to_boolean(idx).to_string(),
+        _ => st.type_name(idx).to_string(),
+    }
+}
+
+impl MapRun {
+    /// Checks `pool:METHOD(name, fn, list [, options])` with the pool at `base - 1` and sets a
+    /// map up (nothing is submitted yet).
+    fn start(st: State, h: &mut PoolHandle, base: c_int, method: &str) -> Result<MapRun, Error> {
+        h.check()?;
+        if st.type_of(base) != TSTRING {
+            return Err(bad_arg(st, base, 1, method, "a chunk name (string)"));
+        }
+        if st.type_of(base + 1) != TSTRING {
+            return Err(bad_arg(st, base + 1, 2, method, "a function name (string)"));
+        }
+        if st.type_of(base + 2) != TTABLE {
+            return Err(bad_arg(st, base + 2, 3, method, "a list of items (table)"));
+        }
+        let opts = options(st, base + 3, method)?;
+        let chunk = h.chunk(st.to_bytes(base).unwrap_or_default())?;
+        let func = st.to_bytes(base + 1).unwrap_or_default().to_vec();
+        let len = st.raw_len(base + 2);
+        let pool = h.pool.clone();
+        let cfg = &pool.config;
+        let states = cfg
+            .max_states()
+            .min(cfg.core.max(crate::sys::available_cpus()))
+            .max(1);
+        let sizes = match opts.batch {
+            Some(b) => Sizes::Fixed(b),
+            None => {
+                let count = len
+                    .div_ceil(MAX_AUTO_BATCH)
+                    .max(len.min(states * BATCHES_PER_STATE))
+                    .max(1);
+                Sizes::Even {
+                    base: len / count,
+                    rem: len % count,
+                }
+            }
+        };
+        Ok(MapRun {
+            pool,
+            chunk,
+            func,
+            unpack: opts.unpack,
+            collect: opts.collect,
+            len,
+            next: 0,
+            sizes,
+            made: 0,
+            window: states.saturating_mul(IN_FLIGHT_PER_STATE).max(2),
+            flight: VecDeque::new(),
+            completed: 0,
+            failure: None,
+            cache: CallCache::default(),
+            encoder: value::Encoder::with_depth(8),
+        })
+    }
+
+    fn next_size(&self) -> usize {
+        let size = match self.sizes {
+            Sizes::Fixed(b) => b,
+            Sizes::Even { base, rem } => base + usize::from(self.made < rem),
+        };
+        size.min(self.len - self.next).max(1)
+    }
+
+    /// Advances the map as far as it can without waiting: takes the finished batches at the
+    /// front (in list order), then fills the window. `Ok(true)` once every item has its outcome;
+    /// `Err` once the map failed and nothing of it is in flight any more. `list`, `results` and
+    /// `errors` (0 without `errors = "collect"`) are stack slots.
+    pub fn step(
+        &mut self,
+        st: State,
+        list: c_int,
+        results: c_int,
+        errors: c_int,
+    ) -> Result<bool, Error> {
+        // room for encoding nested tables, once per step (the stack does not shrink meanwhile)
+        protected(
+            st,
+            0,
+            || "making stack room for the map".into(),
+            &mut |st| {
+                st.check_stack(ENCODE_STACK + 4);
+                0
+            },
+        )?;
+        loop {
+            while self
+                .flight
+                .front()
+                .is_some_and(|b| b.submitted && b.call.is_done())
+            {
+                if let Some(b) = self.flight.pop_front() {
+                    self.finished(st, b, list, results, errors);
+                }
+            }
+            if self.failure.is_none() {
+                self.fill(st, list, errors);
+            }
+            if self.flight.is_empty() {
+                return match self.failure.take() {
+                    Some(e) => Err(e),
+                    None => Ok(true),
+                };
+            }
+            // the front may have finished while the window was filled
+            if !self
+                .flight
+                .front()
+                .is_some_and(|b| b.submitted && b.call.is_done())
+            {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// The call to wait for before the next step: the first batch in flight that has not
+    /// finished (`None`: step again at once).
+    pub fn wait_target(&self) -> Option<&Arc<Call>> {
+        self.flight
+            .iter()
+            .find(|b| b.submitted && !b.call.is_done())
+            .map(|b| &b.call)
+    }
+
+    /// Submits the batches refused before, then new ones until the window is full.
+    fn fill(&mut self, st: State, list: c_int, errors: c_int) {
+        for i in 0..self.flight.len() {
+            if !self.flight[i].submitted && !self.submit(i) {
+                return;
+            }
+        }
+        while self.failure.is_none() && self.flight.len() < self.window && self.next < self.len {
+            let size = self.next_size();
+            self.made += 1;
+            let first = self.next;
+            let (batch, bad) = self.encode(st, list, first, size);
+            self.next = first + size;
+            let mut submitted = true;
+            if let Some(b) = batch {
+                self.flight.push_back(b);
+                submitted = self.submit(self.flight.len() - 1);
+            }
+            if let Some((index, e)) = bad {
+                self.item_failed(st, errors, index, e);
+                // the rest of this batch's items, after the one that cannot cross
+                if index + 1 < first + size {
+                    self.requeue(st, list, errors, index + 1, first + size, false);
+                }
+            }
+            if !submitted {
+                return;
+            }
+        }
+    }
+
+    /// Hands batch `i` of the window to the pool. False if the pool refused it for now (it is
+    /// tried again after one of ours finishes) or for good (the map failed).
+    fn submit(&mut self, i: usize) -> bool {
+        let call = self.flight[i].call.clone();
+        match self.pool.submit(call) {
+            Ok(()) => {
+                let b = &mut self.flight[i];
+                b.submitted = true;
+                b.mark = self.completed;
+                true
+            }
+            // the pool is busy with our own batches: wait for one of them
+            Err(Error::Exhausted { .. } | Error::QueueFull { .. }) if self.running() => {
+                self.window = self.window.min(self.flight.len()).max(1);
+                false
+            }
+            Err(e) => {
+                self.fail(e);
+                false
+            }
+        }
+    }
+
+    /// Whether a batch of this map is in the pool and not finished.
+    fn running(&self) -> bool {
+        self.flight.iter().any(|b| b.submitted && !b.call.is_done())
+    }
+
+    /// Encodes up to `count` items from index `first` into a new batch. Stops before an item
+    /// that cannot cross, which it returns with the error.
+    fn encode(
+        &mut self,
+        st: State,
+        list: c_int,
+        first: usize,
+        count: usize,
+    ) -> (Option<Batch>, Option<(usize, Error)>) {
+        let mut call = self.cache.take(Some(&self.pool));
+        let Some(c) = Arc::get_mut(&mut call) else {
+            let e = Error::Internal("a spare call was shared".into());
+            return (None, Some((first, e)));
+        };
+        let d = c.data.get_mut();
+        d.job = Job::Map;
+        d.chunk = Some(self.chunk.clone());
+        d.func.extend_from_slice(&self.func);
+        let mut bad = None;
+        let mut encoded = 0;
+        for i in first..first + count {
+            let at = crate::batch::begin_item(&mut d.buf);
+            let r = encode_item(
+                st,
+                &mut self.encoder,
+                list,
+                i,
+                self.unpack,
+                &self.func,
+                &mut d.buf,
+            )
+            .and_then(|()| crate::batch::end_item(&mut d.buf, at));
+            if let Err(e) = r {
+                d.buf.truncate(at);
+                bad = Some((i, e));
+                break;
+            }
+            encoded += 1;
+        }
+        if encoded == 0 {
+            self.cache.put(call);
+            return (None, bad);
+        }
+        let batch = Batch {
+            first,
+            count: encoded,
+            call,
+            submitted: false,
+            mark: 0,
+        };
+        (Some(batch), bad)
+    }
+
+    /// Makes batches again for items `first..end` (the rest of a batch that stopped at a failed
+    /// item, or a batch that must wait for a state again) and puts them at the front of the
+    /// window (`at_front`, since they precede everything in it) or its back.
+    fn requeue(
+        &mut self,
+        st: State,
+        list: c_int,
+        errors: c_int,
+        mut first: usize,
+        end: usize,
+        at_front: bool,
+    ) {
+        let mut made = Vec::new();
+        while first < end && self.failure.is_none() {
+            let (batch, bad) = self.encode(st, list, first, end - first);
+            if let Some(b) = batch {
+                first += b.count;
+                made.push(b);
+            }
+            if let Some((index, e)) = bad {
+                self.item_failed(st, errors, index, e);
+                first = index + 1;
+            }
+        }
+        if at_front {
+            for b in made.into_iter().rev() {
+                self.flight.push_front(b);
+            }
+        } else {
+            self.flight.extend(made);
+        }
+    }
+
+    /// A batch came back: its results go into `results`; a failed item is reported or
+    /// collected, and the rest of its batch goes again.
+    fn finished(&mut self, st: State, b: Batch, list: c_int, results: c_int, errors: c_int) {
+        let seen = self.completed;
+        self.completed += 1;
+        let call = b.call.clone();
+        match call.result() {
+            Some(Ok(buf)) => {
+                if self.failure.is_none() {
+                    if let Err(e) = self.store(st, results, b.first, buf) {
+                        self.fail(e);
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                let done = call.data.lock().items_done as usize;
+                if self.failure.is_none() && done > 0 {
+                    let buf = std::mem::take(&mut call.data.lock().buf);
+                    if let Err(e) = self.store(st, results, b.first, &buf) {
+                        self.fail(e);
+                    }
+                }
+                self.batch_failed(st, list, errors, &b, done, e.clone(), seen);
+            }
+            None => self.fail(Error::Internal("a map batch came back unfinished".into())),
+        }
+        drop(b);
+        self.cache.put(call);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn batch_failed(
+        &mut self,
+        st: State,
+        list: c_int,
+        errors: c_int,
+        b: &Batch,
+        done: usize,
+        e: Error,
+        seen: u64,
+    ) {
+        if self.failure.is_some() {
+            return; // stopping: outcomes no longer matter
+        }
+        let end = b.first + b.count;
+        match e {
+            // it waited for a state while our other batches made progress: it goes again
+            Error::AcquireTimeout { .. } if seen > b.mark => {
+                self.requeue(st, list, errors, b.first, end, true)
+            }
+            Error::Runtime { .. }
+            | Error::TimeLimit { .. }
+            | Error::MemoryLimit { .. }
+            | Error::Unsupported(_) => {
+                let index = b.first + done;
+                self.item_failed(st, errors, index, e);
+                if index + 1 < end {
+                    self.requeue(st, list, errors, index + 1, end, true);
+                }
+            }
+            other => self.fail(other),
+        }
+    }
+
+    /// Item `index` (from 0) failed: collected, or the map fails.
+    fn item_failed(&mut self, st: State, errors: c_int, index: usize, cause: Error) {
+        let e = Error::MapItem {
+            index: index + 1,
+            chunk: self.chunk.name.clone(),
+            function: String::from_utf8_lossy(&self.func).into_owned(),
+            cause: Box::new(cause),
+        };
+        if !self.collect || errors == 0 {
+            self.fail(e);
+            return;
+        }
+        let text = e.to_string();
+        st.push_value(errors);
+        let stored = protected(st, 1, || "recording a map item's error".into(), &mut |st| {
+            st.push_bytes(text.as_bytes());
+            st.raw_seti(1, index as i64 + 1);
+            0
+        });
+        if let Err(e) = stored {
+            self.fail(e);
+        }
+    }
+
+    /// Stores the results in `buf` ([`crate::batch`] format) as `results[first + 1]`, ...
+    fn store(&self, st: State, results: c_int, first: usize, buf: &[u8]) -> Result<(), Error> {
+        let mut corrupt = None;
+        st.push_value(results);
+        protected(
+            st,
+            1,
+            || {
+                format!(
+                    "receiving the results of a map over {}:{}",
+                    self.chunk.name,
+                    String::from_utf8_lossy(&self.func)
+                )
+            },
+            &mut |st| {
+                let mut index = first as i64;
+                for item in crate::batch::Items::new(buf) {
+                    index += 1;
+                    match item.and_then(|m| value::push_values(st, m)) {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            st.pop(n - 1);
+                            st.raw_seti(1, index);
+                        }
+                        Err(c) => {
+                            corrupt = Some(c.0);
+                            break;
+                        }
+                    }
+                }
+                0
+            },
+        )?;
+        match corrupt {
+            None => Ok(()),
+            Some(what) => Err(Error::Internal(format!(
+                "cannot decode map results: {what}"
+            ))),
+        }
+    }
+
+    /// The map fails with `e` (the first failure wins): batches not handed to the pool are
+    /// dropped, those that have not started are cancelled, running ones stop after their item.
+    fn fail(&mut self, e: Error) {
+        if self.failure.is_none() {
+            self.failure = Some(e);
+        }
+        let mut kept = VecDeque::with_capacity(self.flight.len());
+        for b in self.flight.drain(..) {
+            if b.submitted {
+                kept.push_back(b);
+            } else {
+                self.cache.put(b.call);
+            }
+        }
+        self.flight = kept;
+        for b in &self.flight {
+            if !b.call.is_done() && !self.pool.cancel(&b.call) {
+                b.call.interrupt.store(true, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for MapRun {
+    fn drop(&mut self) {
+        self.fail(Error::Cancelled);
+    }
+}
+
+/// Encodes item `i` (from 0) of the list at `list`: the value itself, or with `unpack` the
+/// elements of the table it must be.
+fn encode_item(
+    st: State,
+    encoder: &mut value::Encoder,
+    list: c_int,
+    i: usize,
+    unpack: bool,
+    func: &[u8],
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    let top = st.top();
+    st.raw_geti(list, i as i64 + 1);
+    let r = if !unpack {
+        encoder.encode(st, top + 1, 1, out, Role::Argument(func))
+    } else if st.type_of(top + 1) != TTABLE {
+        Err(Error::BadArgument(format!(
+            "bad argument #3 to 'map': item {} is a {}, not a table of arguments (option unpack = true)",
+            i + 1,
+            st.type_name(top + 1)
+        )))
+    } else {
+        let n = st.raw_len(top + 1);
+        match c_int::try_from(n) {
+            Ok(n) if st.check_stack(n.saturating_add(ENCODE_STACK)) => {
+                for k in 1..=n {
+                    st.raw_geti(top + 1, k as i64);
+                }
+                encoder.encode(st, top + 2, n, out, Role::Argument(func))
+            }
+            _ => Err(Error::Unsupported(format!(
+                "cannot pass map item {}: {n} arguments are more than the Lua stack holds (pass fewer)",
+                i + 1
+            ))),
+        }
+    };
+    st.set_top(top);
+    r
+}
+
+/// Pushes a results table for `len` items (and an errors table if `collect`). Returns the
+/// slot of each (0 for no errors table).
+fn push_tables(st: State, len: usize, collect: bool) -> Result<(c_int, c_int), Error> {
+    let narr = len.min(1 << 26) as c_int;
+    protected(
+        st,
+        0,
+        || "creating the results of a map".into(),
+        &mut |st| {
+            st.create_table(narr, 0);
+            if collect {
+                st.create_table(0, 0);
+            }
+            1 + c_int::from(collect)
+        },
+    )?;
+    let top = st.top();
+    Ok(if collect { (top - 1, top) } else { (top, 0) })
+}
+
+crate::lua_function!(pub fn map => map_impl);
+/// `pool:map(name, fn, list [, options])` -> results (and errors with `errors = "collect"`).
+fn map_impl(st: State) -> Result<c_int, Error> {
+    let h = pool_handle(st, 1, "map")?;
+    let mut run = MapRun::start(st, h, 2, "map")?;
+    st.set_top(5);
+    let (results, errors) = push_tables(st, run.len, run.collect)?;
+    loop {
+        if run.step(st, 4, results, errors)? {
+            break;
+        }
+        if let Some(call) = run.wait_target() {
+            run.pool.note_host_cpu();
+            RESULT_WAIT.with(|spin| call.wait(None, spin));
+        }
+    }
+    Ok(1 + c_int::from(errors != 0))
+}
+
+crate::lua_function!(pub fn new_map => new_map_impl);
+/// `native._map(pool, name, fn, list [, options])` -> map, results [, errors]: a map for a
+/// scheduler to drive with `m:_step`.
+fn new_map_impl(st: State) -> Result<c_int, Error> {
+    let h = pool_handle(st, 1, "co_map")?;
+    let run = MapRun::start(st, h, 2, "co_map")?;
+    let (len, collect) = (run.len, run.collect);
+    st.set_top(0);
+    userdata::push(st, run, UV_MAP)?;
+    push_tables(st, len, collect)?;
+    Ok(st.top())
+}
+
+crate::lua_function!(pub fn step => step_impl);
+/// `m:_step(list, results [, errors])` -> true once done, false to wait (see `_ready`,
+/// `_subscribe`, `driver:_watch`); raises the map's error once nothing is in flight.
+fn step_impl(st: State) -> Result<c_int, Error> {
+    let m = map_handle(st)?;
+    let errors = if st.type_of(4) == TTABLE { 4 } else { 0 };
+    let done = m.step(st, 2, 3, errors)?;
+    st.push_bool(done);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn ready => ready_impl);
+/// `m:_ready()`: whether the next step can run without waiting.
+fn ready_impl(st: State) -> Result<c_int, Error> {
+    let m = map_handle(st)?;
+    st.push_bool(m.wait_target().is_none());
+    Ok(1)
+}
+
+crate::lua_function!(pub fn cancel => cancel_impl);
+/// `m:_cancel()`: gives the map up (its batches are cancelled; nobody takes its results).
+fn cancel_impl(st: State) -> Result<c_int, Error> {
+    let m = map_handle(st)?;
+    m.fail(Error::Cancelled);
+    Ok(0)
+}
+
+crate::lua_function!(pub fn subscribe => subscribe_impl);
+/// `m:_subscribe(notifier, token)` -> whether it subscribed (false: step again at once): the
+/// notifier queues `token` when the batch the map waits for finishes.
+fn subscribe_impl(st: State) -> Result<c_int, Error> {
+    let m = map_handle(st)?;
+    let notifier = userdata::get::<NotifierHandle>(st, 2)
+        .and_then(|b| b.get())
+        .ok_or_else(|| Error::Internal("m:_subscribe needs a notifier".into()))?
+        .notifier
+        .clone();
+    if st.type_of(3) != TNUMBER {
+        return Err(Error::Internal("m:_subscribe needs a token".into()));
+    }
+    let token = st.to_number(3) as u64;
+    let subscribed = m
+        .wait_target()
+        .is_some_and(|call| call.subscribe(Subscriber::Queue { notifier, token }));
+    st.push_bool(subscribed);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn tostring => tostring_impl);
+fn tostring_impl(st: State) -> Result<c_int, Error> {
+    let text = match userdata::get::<MapRun>(st, 1).and_then(|b| b.get()) {
+        Some(m) => format!(
+            "vmpool.map ({}:{}, {} items, {} batches in flight)",
+            m.chunk.name,
+            String::from_utf8_lossy(&m.func),
+            m.len,
+            m.flight.len()
+        ),
+        None => "vmpool.map (finished)".into(),
+    };
+    push_str(st, &text, || "converting a map to a string".into())?;
+    Ok(1)
+}
+
+crate::lua_function!(pub fn gc => gc_impl);
+fn gc_impl(st: State) -> Result<c_int, Error> {
+    userdata::finalize::<MapRun>(st, 1);
+    Ok(0)
+}
+
+/// For `driver:_watch(m)`: the call the map waits for, if any.
+pub fn wait_target_at(st: State, idx: c_int) -> Result<Option<Arc<Call>>, Error> {
+    let m = userdata::get::<MapRun>(st, idx)
+        .and_then(|b| b.get())
+        .ok_or_else(|| Error::Internal("driver:_watch needs a map".into()))?;
+    Ok(m.wait_target().cloned())
+}
