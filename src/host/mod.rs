@@ -206,6 +206,10 @@ fn build(st: State) -> Result<c_int, Error> {
     st.raw_set_str(native, "runtime");
     st.push_str(NGX_GLUE);
     st.raw_set_str(native, "_ngx_source");
+    st.push_str(crate::sys::IMPLEMENTATION);
+    st.raw_set_str(native, "_sys");
+    st.push_integer(i64::from(crate::config::NGX_NICE));
+    st.raw_set_str(native, "_ngx_nice");
 
     if st.load_text(GLUE.as_bytes(), "vmpool.lua") != 0 {
         return Err(Error::Internal(format!(

@@ -14,6 +14,7 @@ local isyieldable = coroutine.isyieldable or native._yieldable
 local M = {
   _VERSION = native._VERSION,
   runtime = native.runtime,
+  _sys = native._sys, -- "linux" or "portable" (the portable-sys build: src/sys.rs), for the specs
   shared = native.shared,
   _ngx_state = native._ngx_state, -- pool states in nginx: sets their `ngx` (src/lua/ngx_state.lua)
   new = native.new,
