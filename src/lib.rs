@@ -82,6 +82,9 @@ pub use error::{Error, Result};
 /// crate. Not an API: the library's interface is the Lua module.
 #[doc(hidden)]
 pub mod testing {
+    pub mod batch {
+        pub use crate::batch::*;
+    }
     pub mod call {
         pub use crate::call::*;
     }
