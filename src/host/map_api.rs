@@ -25,7 +25,7 @@ use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::call::{Call, Job};
+use crate::call::{Call, Job, ASSIGNED, RUNNING};
 use crate::chunk::Chunk;
 use crate::host::call_cache::CallCache;
 use crate::host::call_io::{bad_arg, PoolHandle, RESULT_WAIT};
@@ -395,6 +395,13 @@ impl MapRun {
         self.flight.iter().any(|b| b.submitted && !b.call.is_done())
     }
 
+    /// Whether a batch of this map holds a state (reserved for it or running it).
+    fn holding_state(&self) -> bool {
+        self.flight
+            .iter()
+            .any(|b| b.submitted && matches!(b.call.phase(), ASSIGNED | RUNNING))
+    }
+
     /// Encodes up to `count` items from index `first` into a new batch. Stops before an item
     /// that cannot cross, which it returns with the error.
     fn encode(
@@ -527,8 +534,9 @@ impl MapRun {
         }
         let end = b.first + b.count;
         match e {
-            // it waited for a state while our other batches made progress: it goes again
-            Error::AcquireTimeout { .. } if seen > b.mark => {
+            // it waited behind this map's own batches (one finished meanwhile, or one holds a
+            // state now): the pool was busy with this map, so it goes again
+            Error::AcquireTimeout { .. } if seen > b.mark || self.holding_state() => {
                 self.requeue(st, list, errors, b.first, end, true)
             }
             Error::Runtime { .. }
