@@ -80,13 +80,22 @@ describe("pool:map", function()
     check_idle(pool)
   end)
 
-  it("cuts a list into 8 batches per state unless batches would pass 1,024 items", function()
-    local before = pool:stats().invokes
-    assert.are.same(range(64), pool:map("c", "echo", range(64)))
-    assert.are.equal(16, pool:stats().invokes - before)
-    before = pool:stats().invokes
-    pool:map("c", "echo", range(40000))
-    assert.are.equal(40, pool:stats().invokes - before) -- 40 batches of 1,000
+  it("cuts batches of a share of the items left, at most 1,024", function()
+    -- the rule of the README: ceil(left / (2 x states)) items, at most 1,024
+    local function batches(n, states)
+      local count = 0
+      while n > 0 do
+        n = n - math.min(math.ceil(n / (2 * states)), 1024)
+        count = count + 1
+      end
+      return count
+    end
+    assert.are.equal(13, batches(64, 2)) -- 16, 12, 9, 7, 5, 4, 3, 2, 2, 1, 1, 1, 1
+    for _, n in ipairs { 1, 64, 40000 } do
+      local before = pool:stats().invokes
+      assert.are.same(range(n), pool:map("c", "echo", range(n)))
+      assert.are.equal(batches(n, 2), pool:stats().invokes - before, n .. " items")
+    end
     check_idle(pool)
   end)
 

@@ -170,7 +170,7 @@ function Pool:co_invoke(name, fn, ...) end
 ---@class vmpool.MapOptions
 ---@field unpack? boolean Each item is a table whose elements 1..#item are fn's arguments, instead of the argument. Default false.
 ---@field errors? "stop"|"collect" "stop": the first failing item (in list order) raises and the rest is cancelled; "collect": map returns the results and a table of errors by index. Default "stop".
----@field batch? integer Items per batch (one job of a state). Default: the list cut into 8 batches per state, at most 1,024 items each.
+---@field batch? integer Items per batch (one job of a state). Default: ceil(items left / (2 x states)), at most 1,024 (smaller and smaller batches, so the states finish together).
 
 ---Calls fn of chunk name once per item of list (list[1] .. list[#list], raw length), spread over
 ---the pool's states in batches, and returns each call's first result at the item's index (nil

@@ -41,10 +41,11 @@ use crate::Error;
 /// Most items in a batch whose size the map chooses: a trivial item costs a state about 0.2 µs,
 /// so 1,024 of them make a job of about 200 µs, against a few µs of dispatch per job.
 pub const MAX_AUTO_BATCH: usize = 1024;
-/// Batches per state a short list is cut into when the map chooses: small enough pieces that
-/// states finishing at different times still end together (the last batch is 1/8 of a state's
-/// share).
-pub const BATCHES_PER_STATE: usize = 8;
+/// When the map chooses, each batch takes 1/(SHARE_DIVISOR x states) of the items left
+/// ("factoring"): large batches while much is left, to amortise dispatch, and smaller and
+/// smaller ones towards the end, so that states that finish at different times still end
+/// together (the last batches are single items).
+pub const SHARE_DIVISOR: usize = 2;
 /// Batches in flight per state: one running, one queued behind it.
 pub const IN_FLIGHT_PER_STATE: usize = 2;
 
@@ -57,8 +58,8 @@ const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 enum Sizes {
     /// The `batch` option: this many items per batch (the last one may have fewer).
     Fixed(usize),
-    /// Chosen by the map: `count` batches, the first `rem` of them one item longer than `base`.
-    Even { base: usize, rem: usize },
+    /// Chosen by the map: a share of what is left over this many states (see `SHARE_DIVISOR`).
+    Factoring { states: usize },
 }
 
 struct Batch {
@@ -84,8 +85,6 @@ pub struct MapRun {
     /// The next item (from 0) not yet in a batch.
     next: usize,
     sizes: Sizes,
-    /// Batches cut so far from the list (not counting those made again for the rest of a batch).
-    made: usize,
     window: usize,
     flight: VecDeque<Batch>,
     completed: u64,
@@ -238,16 +237,7 @@ impl MapRun {
             .max(1);
         let sizes = match opts.batch {
             Some(b) => Sizes::Fixed(b),
-            None => {
-                let count = len
-                    .div_ceil(MAX_AUTO_BATCH)
-                    .max(len.min(states * BATCHES_PER_STATE))
-                    .max(1);
-                Sizes::Even {
-                    base: len / count,
-                    rem: len % count,
-                }
-            }
+            None => Sizes::Factoring { states },
         };
         Ok(MapRun {
             pool,
@@ -258,7 +248,6 @@ impl MapRun {
             len,
             next: 0,
             sizes,
-            made: 0,
             window: states.saturating_mul(IN_FLIGHT_PER_STATE).max(2),
             flight: VecDeque::new(),
             completed: 0,
@@ -271,7 +260,9 @@ impl MapRun {
     fn next_size(&self) -> usize {
         let size = match self.sizes {
             Sizes::Fixed(b) => b,
-            Sizes::Even { base, rem } => base + usize::from(self.made < rem),
+            Sizes::Factoring { states } => (self.len - self.next)
+                .div_ceil(states * SHARE_DIVISOR)
+                .min(MAX_AUTO_BATCH),
         };
         size.min(self.len - self.next).max(1)
     }
@@ -345,7 +336,6 @@ impl MapRun {
         }
         while self.failure.is_none() && self.flight.len() < self.window && self.next < self.len {
             let size = self.next_size();
-            self.made += 1;
             let first = self.next;
             let (batch, bad) = self.encode(st, list, first, size);
             self.next = first + size;
