@@ -81,6 +81,9 @@ pub struct Call {
     state: AtomicU32,
     /// Set by `cancel` on a running call; the child's hook raises an error when it sees it.
     pub interrupt: AtomicBool,
+    /// Set by a map that gave up on a running [`Job::Map`] batch: the state stops after the item
+    /// it is running (unlike `interrupt`, which stops the item itself and replaces the state).
+    pub stop: AtomicBool,
     pub data: Mutex<CallData>,
     /// The outcome, written once by `finish` (encoded results or the error) and read without a
     /// lock: the host pushes results into its Lua state, which can run finalizers that wait on
@@ -93,6 +96,7 @@ impl Default for Call {
         Call {
             state: AtomicU32::new(NEW),
             interrupt: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
             data: Mutex::new(CallData {
                 job: Job::Invoke,
                 chunk: None,
@@ -120,6 +124,7 @@ impl Call {
     pub fn reset(&mut self) {
         *self.state.get_mut() = NEW;
         *self.interrupt.get_mut() = false;
+        *self.stop.get_mut() = false;
         let d = self.data.get_mut();
         d.job = Job::Invoke;
         if let Some(Ok(results)) = self.result.take() {

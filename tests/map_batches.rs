@@ -129,7 +129,7 @@ fn a_batch_told_to_stop_runs_no_further_item_and_keeps_its_state() {
     let c = batch(&p, "echo", &items);
     // the flag the map sets on a running batch when it gives up; set before the batch starts,
     // the state stops before the first item
-    c.interrupt.store(true, Ordering::Relaxed);
+    c.stop.store(true, Ordering::Relaxed);
     p.submit(c.clone()).expect("submitted");
     assert!(matches!(wait_batch(&c), Err(Error::Cancelled)));
     assert_eq!(c.data.lock().items_done, 0);

@@ -1,8 +1,8 @@
 //! A `pool:map` batch in a state: the function runs once per item, each item a call of its own
 //! (its own protected call, message handler and traceback, its own `time_limit` deadline), and
 //! only its first result is encoded. The batch stops at the first item that fails, and between
-//! items when the host asked to stop (the call's interrupt flag, which the map sets when it gives
-//! up); the host then knows from `items_done` which results it has and which item failed.
+//! items when the host asked it to (the call's `stop` flag, which the map sets when it gives up);
+//! the host then knows from `items_done` which results it has and which item failed.
 
 use std::sync::atomic::Ordering;
 
@@ -29,7 +29,7 @@ impl Child {
         let mut done = 0u32;
         for item in crate::batch::Items::new(items) {
             // stopping here leaves the state as clean as after any call: no need to replace it
-            if call.interrupt.load(Ordering::Relaxed) {
+            if call.stop.load(Ordering::Relaxed) {
                 return (Outcome::Err(Error::Cancelled), false, done);
             }
             let item = match item {

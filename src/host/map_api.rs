@@ -16,7 +16,7 @@
 //! (`driver:_watch(m)`, `m:_subscribe(notifier, token)`).
 //!
 //! Nothing leaks when a map stops early: a map that fails cancels its batches that have not
-//! started and asks running ones to stop after their current item (the call's interrupt flag,
+//! started and asks running ones to stop after their current item (the call's `stop` flag,
 //! which a state checks between items), and returns only once none is in flight; a `MapRun`
 //! dropped midway (a `co_map` whose coroutine was abandoned) does the same cancelling.
 
@@ -625,7 +625,7 @@ impl MapRun {
         self.flight = kept;
         for b in &self.flight {
             if !b.call.is_done() && !self.pool.cancel(&b.call) {
-                b.call.interrupt.store(true, Ordering::Relaxed);
+                b.call.stop.store(true, Ordering::Relaxed);
             }
         }
     }
