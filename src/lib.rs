@@ -11,7 +11,7 @@
 //!   the C API) and encodes them with [`value`].
 //! - [`call`]: one call's record and the phases it moves through (queued, assigned, running,
 //!   done), with exactly one outcome. A `pool:map` batch is one call too ([`batch`] is its
-//!   format; `host/map_api.rs` keeps batches in flight, `child/batch.rs` runs one).
+//!   format; `host/map_run.rs` keeps batches in flight, `child/batch.rs` runs one).
 //! - [`pool`]: the front (`Pool`: new, submit, cancel, collect, close, stats) over the sizing
 //!   options in [`config`]. [`pool::ledger`] holds every count (core states, non-core states up to
 //!   `max_noncore`, idle and busy, the waiting queue, the counters of `pool:stats()`) and is the

@@ -11,6 +11,7 @@ pub mod dict_api;
 pub mod driver_api;
 pub mod future_api;
 pub mod map_api;
+pub mod map_run;
 pub mod ngx_state_api;
 pub mod notifier_api;
 pub mod options;
