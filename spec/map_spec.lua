@@ -376,6 +376,18 @@ describe("pool:co_map", function()
     check_idle(pool)
   end)
 
+  it("blocks like map where the coroutine cannot yield (a table.sort comparator)", function()
+    local r
+    vmpool.run(function()
+      table.sort({ 2, 1 }, function(a, b)
+        r = r or pool:co_map("c", "square", { 1, 2, 3 })
+        return a < b
+      end)
+    end)
+    assert.are.same({ 1, 4, 9 }, r)
+    check_idle(pool)
+  end)
+
   it("called with a dot raises a vmpool: error", function()
     local ok, err = pcall(pool.co_map, "c", "square", {})
     assert.is_false(ok)
