@@ -72,11 +72,13 @@ local function co_invoke_rate(pool, calls)
   return per * IN_FLIGHT / (vmpool.clock() - t0)
 end
 
--- seconds one map of the heavy items takes
+-- seconds one map of the heavy items takes, and the CPUs the process used meanwhile (process CPU
+-- time / wall time: below 2 on the 2-state pool, the machine did not give it 2 CPUs)
 local function heavy_time(pool, list)
-  local t0 = vmpool.clock()
+  local t0, c0 = vmpool.clock(), os.clock()
   pool:map("m", "heavy", list)
-  return vmpool.clock() - t0
+  local dt = vmpool.clock() - t0
+  return dt, (os.clock() - c0) / dt
 end
 
 local probe = vmpool.new()
@@ -98,7 +100,7 @@ co_invoke_rate(pool, IN_FLIGHT)
 heavy_time(one, heavy)
 heavy_time(two, heavy)
 
-local mapped, invoked, ratio, t1s, t2s, eff = {}, {}, {}, {}, {}, {}
+local mapped, invoked, ratio, t1s, t2s, eff, cpu2 = {}, {}, {}, {}, {}, {}, {}
 for r = 1, REPS do
   mapped[r] = map_rate(pool, list)
   invoked[r] = co_invoke_rate(pool, math.min(ITEMS, QUICK and 2000 or 400000))
@@ -106,9 +108,9 @@ for r = 1, REPS do
   -- alternate which pool goes first, so that a drift in the machine's load hits both alike
   if r % 2 == 1 then
     t1s[r] = heavy_time(one, heavy)
-    t2s[r] = heavy_time(two, heavy)
+    t2s[r], cpu2[r] = heavy_time(two, heavy)
   else
-    t2s[r] = heavy_time(two, heavy)
+    t2s[r], cpu2[r] = heavy_time(two, heavy)
     t1s[r] = heavy_time(one, heavy)
   end
   eff[r] = t1s[r] / t2s[r] / 2
@@ -122,6 +124,8 @@ print(string.format("heavy items (%d of heavy(%d)): 1 state %s s, 2 states %s s"
   summary(t1s, "%.3f"), summary(t2s, "%.3f")))
 print(string.format("scaling efficiency (1-state time / 2-state time / 2), per round: %s (goal: >= 0.95)",
   summary(eff, "%.3f")))
+print(string.format("CPUs the process got during the 2-state maps: %s (below 2: a loaded machine)",
+  summary(cpu2, "%.2f")))
 print("load average after: " .. loadavg())
 pool:close()
 one:close()
