@@ -113,6 +113,16 @@ cases.MemoryLimit = function()
   end)
 end
 
+cases.MapItem = function()
+  with_pool({ core = 1 }, "function f(x) if x == 2 then error('two') end return x end", function(pool)
+    local err = err_of(pool.map, pool, "c", "f", { 1, 2, 3 })
+    assert.matches("^vmpool: map item 2 of 'c:f' failed: c:1: two\nstack traceback:\n", err)
+    err = err_of(pool.map, pool, "c", "f", { 1, print })
+    assert.matches("^vmpool: map item 2 of 'c:f' failed: cannot pass argument #1 to 'f': a function value "
+      .. "%(only nil, boolean", err)
+  end)
+end
+
 cases.Cancelled = function()
   local gate = Gate.new()
   with_pool({ core = 1, init = Gate.CHILD }, "return { gate = gate }", function(pool)

@@ -56,6 +56,9 @@ pub enum Job {
     Invoke,
     /// Run a full garbage collection (`pool:collect()`).
     Collect,
+    /// Run a chunk's function once per item of a batch (`pool:map`): `buf` holds the items (see
+    /// `child/batch.rs`), and the results replace them.
+    Map,
 }
 
 /// The parts of a call that change hands with its phase.
@@ -70,12 +73,18 @@ pub struct CallData {
     /// When a queued call stops waiting for a state.
     pub acquire_deadline: Option<Instant>,
     pub subscriber: Option<Subscriber>,
+    /// A [`Job::Map`] batch: how many items ran to the end, whose results are in `buf` (or, for
+    /// a batch that failed at an item, in `data.buf` under the error).
+    pub items_done: u32,
 }
 
 pub struct Call {
     state: AtomicU32,
     /// Set by `cancel` on a running call; the child's hook raises an error when it sees it.
     pub interrupt: AtomicBool,
+    /// Set by a map that gave up on a running [`Job::Map`] batch: the state stops after the item
+    /// it is running (unlike `interrupt`, which stops the item itself and replaces the state).
+    pub stop: AtomicBool,
     pub data: Mutex<CallData>,
     /// The outcome, written once by `finish` (encoded results or the error) and read without a
     /// lock: the host pushes results into its Lua state, which can run finalizers that wait on
@@ -88,6 +97,7 @@ impl Default for Call {
         Call {
             state: AtomicU32::new(NEW),
             interrupt: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
             data: Mutex::new(CallData {
                 job: Job::Invoke,
                 chunk: None,
@@ -95,6 +105,7 @@ impl Default for Call {
                 buf: Vec::new(),
                 acquire_deadline: None,
                 subscriber: None,
+                items_done: 0,
             }),
             result: OnceLock::new(),
         }
@@ -114,6 +125,7 @@ impl Call {
     pub fn reset(&mut self) {
         *self.state.get_mut() = NEW;
         *self.interrupt.get_mut() = false;
+        *self.stop.get_mut() = false;
         let d = self.data.get_mut();
         d.job = Job::Invoke;
         if let Some(Ok(results)) = self.result.take() {
@@ -124,6 +136,7 @@ impl Call {
         d.buf.clear();
         d.acquire_deadline = None;
         d.subscriber = None;
+        d.items_done = 0;
     }
 
     #[inline]

@@ -4,6 +4,11 @@
 
 use std::time::Duration;
 
+/// The default `nice` of pools created inside nginx (`vmpool.ngx`): CFS then weighs a busy pool
+/// thread at about a tenth of the event loop (110 against 1024), so a light request that wakes
+/// the loop gets the CPU promptly while heavy calls run.
+pub const NGX_NICE: u8 = 10;
+
 /// How a pool sizes itself and what it allows a call to do.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -35,6 +40,15 @@ pub struct Config {
     /// `time_limit` (or interrupting a running call) needs `jit = false`. Default: `true` without a
     /// time limit, `false` with one.
     pub jit: bool,
+    /// How much nicer than the host the pool's threads run (0 to 19; a higher niceness yields
+    /// the CPU to other threads sooner): each worker thread sets its niceness to that of the
+    /// thread that called `vmpool.new` plus this, at most 19, when it starts (Linux:
+    /// `setpriority` on the thread id; the portable build ignores it). Default: 0 (the host's
+    /// own); pools created inside nginx default to [`NGX_NICE`] (`src/lua/ngx.lua` passes it), so
+    /// that busy pool threads leave the CPU to the worker's event loop first.
+    pub nice: u8,
+    /// The niceness the worker threads set (from `nice` at `vmpool.new`); `None`: leave it.
+    pub thread_nice: Option<i32>,
     /// `package.path` / `package.cpath` for children (copied from the host at `vmpool.new`, so
     /// `require` in `init` finds what the host finds).
     pub package_path: Option<Vec<u8>>,
@@ -54,6 +68,8 @@ impl Default for Config {
             memory_limit: None,
             max_waiting: usize::MAX,
             jit: true,
+            nice: 0,
+            thread_nice: None,
             package_path: None,
             package_cpath: None,
         }

@@ -46,6 +46,13 @@ pub enum Error {
         /// Why the state could not be replaced (`None`: it was).
         not_replaced: Option<String>,
     },
+    /// Item `index` (from 1) of a `pool:map` over `chunk:function` failed with `cause`.
+    MapItem {
+        index: usize,
+        chunk: String,
+        function: String,
+        cause: Box<Error>,
+    },
     /// The call was cancelled before it ran, or interrupted while running.
     Cancelled,
     /// The pool is closed.
@@ -134,6 +141,17 @@ impl fmt::Display for Error {
                 "vmpool: memory limit exceeded: {chunk}:{function} needed more than {bytes} bytes ({}; raise memory_limit or use less memory)",
                 replacement(not_replaced)
             ),
+            Error::MapItem { index, chunk, function, cause } => {
+                write!(f, "vmpool: map item {index} of '{chunk}:{function}' failed: ")?;
+                match cause.as_ref() {
+                    // the child's own message and traceback, without "error in c:f" again
+                    Error::Runtime { message, .. } => write!(f, "{message}"),
+                    other => {
+                        let text = other.to_string();
+                        write!(f, "{}", text.strip_prefix("vmpool: ").unwrap_or(&text))
+                    }
+                }
+            }
             Error::Cancelled => write!(f, "vmpool: call was cancelled"),
             Error::Closed => write!(f, "vmpool: pool is closed (create a new pool with vmpool.new)"),
             Error::Exhausted { states } => write!(

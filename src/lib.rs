@@ -10,7 +10,8 @@
 //!   `pool:invoke` reads its arguments straight off the Lua stack ([`lua`] is the thin layer over
 //!   the C API) and encodes them with [`value`].
 //! - [`call`]: one call's record and the phases it moves through (queued, assigned, running,
-//!   done), with exactly one outcome.
+//!   done), with exactly one outcome. A `pool:map` batch is one call too ([`batch`] is its
+//!   format; `host/map_run.rs` keeps batches in flight, `child/batch.rs` runs one).
 //! - [`pool`]: the front (`Pool`: new, submit, cancel, collect, close, stats) over the sizing
 //!   options in [`config`]. [`pool::ledger`] holds every count (core states, non-core states up to
 //!   `max_noncore`, idle and busy, the waiting queue, the counters of `pool:stats()`) and is the
@@ -55,6 +56,7 @@ compile_error!("select a Lua runtime: --features lua51, lua52, lua53, lua54 or l
 // the loadable-module build; the Rust tests build without it.
 #[cfg_attr(not(feature = "module"), allow(dead_code))]
 pub(crate) mod abi;
+pub(crate) mod batch;
 pub(crate) mod call;
 pub(crate) mod child;
 pub(crate) mod chunk;
@@ -81,6 +83,9 @@ pub use error::{Error, Result};
 /// crate. Not an API: the library's interface is the Lua module.
 #[doc(hidden)]
 pub mod testing {
+    pub mod batch {
+        pub use crate::batch::*;
+    }
     pub mod call {
         pub use crate::call::*;
     }

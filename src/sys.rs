@@ -1,5 +1,5 @@
 //! What vmpool needs from the operating system: CPU count, fork detection, waiting on a 32-bit
-//! word (futex style) and which CPU a thread runs on.
+//! word (futex style), which CPU a thread runs on and a thread's own niceness.
 //!
 //! The last two are Linux-specific (futexes, `sched_getcpu`, CPU affinity) and live in
 //! `sys/linux.rs`; `sys/portable.rs` is the fallback for other Unix systems (parking_lot's parking,
@@ -12,15 +12,17 @@ use std::sync::Once;
 #[cfg(all(target_os = "linux", not(feature = "portable-sys")))]
 mod linux;
 #[cfg(all(target_os = "linux", not(feature = "portable-sys")))]
-pub use linux::{current_cpu, futex_wait, futex_wake, move_off_cpu};
+pub use linux::{current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, thread_nice};
 
 #[cfg(not(all(target_os = "linux", not(feature = "portable-sys"))))]
 mod portable;
 #[cfg(not(all(target_os = "linux", not(feature = "portable-sys"))))]
-pub use portable::{current_cpu, futex_wait, futex_wake, move_off_cpu};
+pub use portable::{
+    current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, thread_nice,
+};
 
-/// Which implementation of the waiting and CPU functions this build uses (checked by the tests).
-#[cfg(test)]
+/// Which implementation of the waiting, CPU and niceness functions this build uses (checked by
+/// the tests; `vmpool._sys` tells the specs).
 pub const IMPLEMENTATION: &str = if cfg!(all(target_os = "linux", not(feature = "portable-sys"))) {
     "linux"
 } else {
@@ -83,7 +85,42 @@ mod tests {
         if IMPLEMENTATION == "portable" {
             assert_eq!(-1, current_cpu());
             assert!(!move_off_cpu(0));
+            assert!(!set_thread_nice(5));
+            assert_eq!(None, thread_nice());
         }
+    }
+
+    /// The niceness of the calling thread, as the kernel reports it (field 19 of its stat line).
+    #[cfg(target_os = "linux")]
+    fn own_nice() -> i64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("readable");
+        let after_name = &stat[stat.rfind(')').expect("a name") + 2..];
+        after_name
+            .split(' ')
+            .nth(16)
+            .expect("19 fields")
+            .parse()
+            .expect("a number")
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn setting_a_threads_nice_changes_that_thread_only() {
+        let before = own_nice();
+        // raising one's niceness needs no privilege
+        let target = (before + 3).min(19) as i32;
+        let (set, nice) = std::thread::spawn(move || (set_thread_nice(target), own_nice()))
+            .join()
+            .unwrap();
+        if IMPLEMENTATION == "linux" {
+            assert!(set);
+            assert_eq!(Some(before as i32), thread_nice());
+            assert_eq!(target as i64, nice);
+        } else {
+            assert!(!set);
+            assert_eq!(before, nice);
+        }
+        assert_eq!(before, own_nice(), "the calling thread is unchanged");
     }
 
     #[test]

@@ -26,6 +26,7 @@ local vmpool = {}
 ---@field memory_limit? integer Bytes one state may allocate. Default 0 (none).
 ---@field max_waiting? integer Most calls queued at once (blocking = true); beyond it calls fail with "queue full". Default unlimited.
 ---@field jit? boolean LuaJIT only: whether children compile to machine code (true with a time_limit is refused). Default true, false with a time_limit; ignored elsewhere.
+---@field nice? integer 0 to 19: the pool's threads run that much nicer than the thread that called vmpool.new (Linux; no effect in the portable build). Default 0; 10 for pools created inside nginx.
 
 ---Creates a pool and its core states.
 ---Errors: a bad or unknown option, core = 0 with max_noncore = 0, a failing init, a limit the
@@ -164,6 +165,38 @@ function Pool:submit(name, fn, ...) end
 ---@param ... nil|boolean|number|string|table arguments
 ---@return any ... the function's results
 function Pool:co_invoke(name, fn, ...) end
+
+---Options of pool:map and pool:co_map.
+---@class vmpool.MapOptions
+---@field unpack? boolean Each item is a table whose elements 1..#item are fn's arguments, instead of the argument. Default false.
+---@field errors? "stop"|"collect" "stop": the first failing item (in list order) raises and the rest is cancelled; "collect": map returns the results and a table of errors by index. Default "stop".
+---@field batch? integer Items per batch (one job of a state). Default: ceil(items left / (2 x states)), at most 1,024 (smaller and smaller batches, so the states finish together).
+
+---Calls fn of chunk name once per item of list (list[1] .. list[#list], raw length), spread over
+---the pool's states in batches, and returns each call's first result at the item's index (nil
+---results leave holes; further results are dropped). Blocks the calling OS thread.
+---Errors: "vmpool: map item N of 'name:fn' failed: ..." (the child's message and traceback, a
+---time or memory limit, a value that cannot cross) for the first failing item unless
+---errors = "collect"; bad arguments or options; unknown chunk or function; those of invoke about
+---getting a state (exhausted, timed out, queue full, closed).
+---@param name string chunk name
+---@param fn string function name
+---@param list table the items
+---@param options? vmpool.MapOptions
+---@return table results results[i] = first result of fn(list[i])
+---@return table<integer, string>? errors with errors = "collect": the error of each failed item, by index
+function Pool:map(name, fn, list, options) end
+
+---Like map, but yields the running coroutine while the batches run when vmpool.run or OpenResty
+---drives it; elsewhere (and where the coroutine cannot yield) exactly like map.
+---Errors: those of map; in nginx, a phase that cannot yield, or a wait past wait_timeout.
+---@param name string chunk name
+---@param fn string function name
+---@param list table the items
+---@param options? vmpool.MapOptions
+---@return table results
+---@return table<integer, string>? errors
+function Pool:co_map(name, fn, list, options) end
 
 ---Removes a chunk; later calls into it fail with "vmpool: unknown chunk".
 ---@param name string

@@ -18,16 +18,51 @@ function M.sleep(seconds)
   socket.sleep(seconds)
   return seconds
 end
+function M.fail_at(x) if x == 3 then error("three") end return x end
+function M.nice() return NICE() end
 return M
 ]]
+
+-- the calling thread's niceness: field 19 of /proc/thread-self/stat (17th after the name)
+local NICE_SOURCE = [[
+function NICE()
+  local f = assert(io.open("/proc/thread-self/stat"))
+  local stat = f:read("*a")
+  f:close()
+  local fields = {}
+  for field in stat:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = field end
+  return tonumber(fields[17])
+end
+]]
+local own_nice = assert(loadstring(NICE_SOURCE .. "\nreturn NICE"))()
 
 -- core = 2 and no more: /spin on both states keeps every state busy
 function T.pool()
   return vmpool.ngx.pool("test", function()
-    local pool = vmpool.new { core = 2, max_noncore = 0 }
+    local pool = vmpool.new { core = 2, max_noncore = 0, init = NICE_SOURCE }
     pool:compile("t", CHILD)
     return pool
   end)
+end
+
+-- pool:co_map in a request: n items through echo (their sum), or a map whose item 3 fails
+function T.map()
+  local n = tonumber(ngx.var.arg_n) or 1000
+  local list = {}
+  for i = 1, n do list[i] = i end
+  local ok, r = pcall(T.pool().co_map, T.pool(), "t", ngx.var.arg_fail and "fail_at" or "echo", list)
+  if not ok then
+    ngx.say((tostring(r):gsub("\n.*", "")))
+    return
+  end
+  local sum = 0
+  for i = 1, n do sum = sum + r[i] end
+  ngx.say(#r, " ", sum)
+end
+
+-- the niceness of this worker's thread and of a pool state's (the option nice, default 10 here)
+function T.nice()
+  ngx.say("worker=", own_nice(), " state=", T.pool():co_invoke("t", "nice"))
 end
 
 -- the reload test's load: more states, calls that wait without using the CPU

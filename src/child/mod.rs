@@ -32,6 +32,7 @@ use crate::Error;
 use in_state::{forget_chunk, COLLECT, MESSAGE_HANDLER, TRAMPOLINE_FN};
 use limits::{limit_hook, Limits, Trip, HOOK_COUNT, LIMITS, LIMIT_TRIPPED};
 
+mod batch;
 mod in_state;
 mod limits;
 
@@ -66,6 +67,9 @@ pub struct Child {
     /// The name held in slot `FUNC_NAME`.
     func_in_slot: Vec<u8>,
     encoder: value::Encoder,
+    /// Where a map batch's results are written while its items are read (empty until this state
+    /// runs a batch; then it keeps the last batch's item buffer for the next one).
+    batch_out: Vec<u8>,
     time_limit: Option<Duration>,
     memory_limit: Option<usize>,
 }
@@ -151,6 +155,7 @@ impl Child {
             func: Vec::new(),
             func_in_slot: Vec::with_capacity(32),
             encoder: value::Encoder::with_depth(8),
+            batch_out: Vec::new(),
             time_limit: cfg.time_limit,
             memory_limit: cfg.memory_limit,
         };
@@ -337,12 +342,26 @@ end
             std::mem::swap(&mut self.func, &mut data.func);
             return (Outcome::Collected, replace);
         }
+        let map = job == Job::Map;
+        let mut out = if map {
+            std::mem::take(&mut self.batch_out)
+        } else {
+            Vec::new()
+        };
+        let mut items_done = 0;
         let (outcome, replace) = match chunk {
             Some(chunk) => {
                 self.arm(call);
                 let result = match self.ensure_loaded(chunks, &chunk) {
                     Ok(kept) => {
-                        let result = self.call(&chunk, &mut buf);
+                        let result = if map {
+                            let (outcome, replace, done) =
+                                self.run_batch(&chunk, call, &buf, &mut out);
+                            items_done = done;
+                            (outcome, replace)
+                        } else {
+                            self.call(&chunk, &mut buf)
+                        };
                         if !kept {
                             forget_chunk(self.st, chunk.id);
                         }
@@ -367,8 +386,15 @@ end
                 false,
             ),
         };
+        if map {
+            // the results go back in the call; the items' buffer is kept for the next batch
+            std::mem::swap(&mut buf, &mut out);
+            out.clear();
+            self.batch_out = out;
+        }
         let mut data = call.data.lock();
         data.buf = buf;
+        data.items_done = items_done;
         std::mem::swap(&mut self.func, &mut data.func);
         (outcome, replace)
     }
@@ -469,7 +495,37 @@ end
         loaded.removals_seen = registry.removals();
     }
 
+    /// Runs the call whose arguments are in `buf` and encodes its results into `buf`.
     fn call(&mut self, chunk: &Chunk, buf: &mut Vec<u8>) -> (Outcome, bool) {
+        let st = self.st;
+        let n = match self.run_function(chunk, buf) {
+            Ok(n) => n,
+            Err(failed) => return failed,
+        };
+        let outcome = if n > MAX_RESULTS {
+            Outcome::Err(Error::Unsupported(format!(
+                "cannot pass the results of '{}': it returned {n} values, more than the {MAX_RESULTS} that can cross at once on {} (return them in a table)",
+                String::from_utf8_lossy(&self.func),
+                crate::abi::RUNTIME
+            )))
+        } else {
+            buf.clear();
+            match self
+                .encoder
+                .encode(st, BASE + 1, n, buf, Role::Result(&self.func))
+            {
+                Ok(()) => Outcome::Ok,
+                Err(e) => Outcome::Err(e),
+            }
+        };
+        st.set_top(BASE);
+        (outcome, false)
+    }
+
+    /// Calls the function this state's `func` names with the arguments encoded in `args`. On
+    /// success its results are on the stack above `BASE` (the count is returned); on failure the
+    /// stack is back at `BASE` and the outcome says why.
+    fn run_function(&mut self, chunk: &Chunk, args: &[u8]) -> Result<c_int, (Outcome, bool)> {
         let st = self.st;
         let func_name = || String::from_utf8_lossy(&self.func).into_owned();
         if self.func != self.func_in_slot {
@@ -486,7 +542,7 @@ end
                         message,
                     });
                 st.set_top(BASE);
-                return failed;
+                return Err(failed);
             }
             st.replace(FUNC_NAME);
             self.func_in_slot.clear();
@@ -494,64 +550,43 @@ end
         }
         // Decoding the arguments allocates, which can hit the memory limit or run a finalizer
         // the chunk left behind that raises: it runs inside the trampoline's protected call.
-        let mut ctx = RunCtx::new(Step::Call, buf, chunk.id as i64);
+        let mut ctx = RunCtx::new(Step::Call, args, chunk.id as i64);
         st.push_value(TRAMPOLINE);
         st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
         st.push_value(FUNC_NAME);
         let rc = st.pcall(2, ffi::LUA_MULTRET, MSGH);
+        let runtime = |message| Error::Runtime {
+            chunk: chunk.name.clone(),
+            function: func_name(),
+            message,
+        };
         if rc != 0 {
-            let failed = self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
-                chunk: chunk.name.clone(),
-                function: func_name(),
-                message,
-            });
+            let failed = self.failure(rc, &chunk.name, &func_name(), runtime);
             st.set_top(BASE);
-            return failed;
+            return Err(failed);
         }
-        let outcome = match ctx.failure {
-            Failure::None if st.top() - BASE > MAX_RESULTS => {
-                Outcome::Err(Error::Unsupported(format!(
-                    "cannot pass the results of '{}': it returned {} values, more than the {MAX_RESULTS} that can cross at once on {} (return them in a table)",
-                    func_name(),
-                    st.top() - BASE,
-                    crate::abi::RUNTIME
-                )))
-            }
-            Failure::None => {
-                buf.clear();
-                let n = st.top() - BASE;
-                match self
-                    .encoder
-                    .encode(st, BASE + 1, n, buf, Role::Result(&self.func))
-                {
-                    Ok(()) => Outcome::Ok,
-                    Err(e) => Outcome::Err(e),
-                }
-            }
-            Failure::NoFunction { global } => Outcome::Err(Error::NoFunction {
-                chunk: chunk.name.clone(),
-                function: func_name(),
-                global,
-            }),
-            Failure::Corrupt(what) => {
-                Outcome::Err(Error::Internal(format!("bad call message: {what}")))
-            }
+        let failed = match ctx.failure {
+            Failure::None => return Ok(st.top() - BASE),
+            Failure::NoFunction { global } => (
+                Outcome::Err(Error::NoFunction {
+                    chunk: chunk.name.clone(),
+                    function: func_name(),
+                    global,
+                }),
+                false,
+            ),
+            Failure::Corrupt(what) => (
+                Outcome::Err(Error::Internal(format!("bad call message: {what}"))),
+                false,
+            ),
             Failure::OutOfMemory => {
                 st.set_top(BASE);
                 st.push_str("not enough memory");
-                let failed = self.failure(ffi::LUA_ERRMEM, &chunk.name, &func_name(), |m| {
-                    Error::Runtime {
-                        chunk: chunk.name.clone(),
-                        function: func_name(),
-                        message: m,
-                    }
-                });
-                st.set_top(BASE);
-                return failed;
+                self.failure(ffi::LUA_ERRMEM, &chunk.name, &func_name(), runtime)
             }
         };
         st.set_top(BASE);
-        (outcome, false)
+        Err(failed)
     }
 
     /// The outcome of a call that tripped the time limit or was interrupted (the state must then

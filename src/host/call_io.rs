@@ -106,7 +106,7 @@ impl PoolHandle {
         self.pool.check_process()
     }
 
-    fn chunk(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
+    pub(super) fn chunk(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
         let epoch = self.pool.chunks.epoch();
         if let Some((e, c)) = &self.last_chunk {
             if *e == epoch && c.name.as_bytes() == name {

@@ -113,6 +113,58 @@ fn result_impl(st: State) -> Result<c_int, Error> {
     results
 }
 
+crate::lua_function!(pub fn watch => watch_impl);
+/// `driver:_watch(map)` -> token, or nil when the map can step again at once: the token comes
+/// back from `driver:wait` when the batch the map waits for finishes (`co_map`). Give it back
+/// with `driver:_unwatch(token)`.
+fn watch_impl(st: State) -> Result<c_int, Error> {
+    let d = handle(st)?;
+    let Some(call) = crate::host::map_api::wait_target_at(st, 2)? else {
+        st.push_nil();
+        return Ok(1);
+    };
+    let slot = match d.free.pop() {
+        Some(i) => i as usize,
+        None => {
+            d.slots.push(None);
+            d.slots.len() - 1
+        }
+    };
+    let token = slot as u64 + 1;
+    let subscriber = Subscriber::Queue {
+        notifier: d.notifier.clone(),
+        token,
+    };
+    if !call.subscribe(subscriber) {
+        d.notifier.push(token);
+    }
+    d.slots[slot] = Some(call);
+    st.push_integer(token as i64);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn unwatch => unwatch_impl);
+/// `driver:_unwatch(token)`: frees a token of `_watch`. The batch is its map's (nothing to take
+/// from it here); if the coroutine was resumed before it finished, this waits for it, so that
+/// its completion cannot wake whoever gets the token next.
+fn unwatch_impl(st: State) -> Result<c_int, Error> {
+    let d = handle(st)?;
+    let slot = (st.type_of(2) == TNUMBER)
+        .then(|| st.to_number(2) as usize)
+        .filter(|&t| t >= 1 && t <= d.slots.len())
+        .map(|t| t - 1)
+        .ok_or_else(|| Error::Internal("vmpool.run: unknown watch token".into()))?;
+    if let Some(call) = d.slots[slot].take() {
+        if !call.is_done() && call.unsubscribe() {
+            // unsubscribed before it finished: no completion will come
+        } else if !call.is_done() {
+            crate::host::call_io::RESULT_WAIT.with(|spin| call.wait(None, spin));
+        }
+        d.free.push(slot as u32);
+    }
+    Ok(0)
+}
+
 crate::lua_function!(pub fn wait => wait_impl);
 /// `driver:wait(buffer [, timeout])` -> n: sleeps until calls finished (or `timeout` seconds
 /// passed), writes their tokens into `buffer[1..n]`.

@@ -10,6 +10,8 @@ pub mod count_alloc;
 pub mod dict_api;
 pub mod driver_api;
 pub mod future_api;
+pub mod map_api;
+pub mod map_run;
 pub mod ngx_state_api;
 pub mod notifier_api;
 pub mod options;
@@ -35,6 +37,7 @@ const POOL_METHODS: Methods = &[
     ("compile", pool_api::compile),
     ("invoke", pool_api::invoke),
     ("submit", pool_api::submit),
+    ("map", map_api::map),
     ("unload", pool_api::unload),
     ("stats", pool_api::stats),
     ("collect", pool_api::collect),
@@ -81,8 +84,17 @@ const DRIVER_METHODS: Methods = &[
     ("submit", driver_api::submit),
     ("result", driver_api::result),
     ("wait", driver_api::wait),
+    ("_watch", driver_api::watch),
+    ("_unwatch", driver_api::unwatch),
 ];
 const DRIVER_META: Methods = &[("__gc", driver_api::gc)];
+const MAP_METHODS: Methods = &[
+    ("_step", map_api::step),
+    ("_ready", map_api::ready),
+    ("_cancel", map_api::cancel),
+    ("_subscribe", map_api::subscribe),
+];
+const MAP_META: Methods = &[("__gc", map_api::gc), ("__tostring", map_api::tostring)];
 const FUNCTIONS: Methods = &[
     ("new", pool_api::new_pool),
     ("shared", dict_api::shared),
@@ -91,6 +103,7 @@ const FUNCTIONS: Methods = &[
     ("memory", pool_api::memory),
     ("_notifier", notifier_api::new_notifier),
     ("_driver", driver_api::new_driver),
+    ("_map", map_api::new_map),
     ("_yieldable", driver_api::yieldable),
 ];
 
@@ -151,26 +164,31 @@ fn build(st: State) -> Result<c_int, Error> {
         ));
     }
     st.set_top(0);
-    // slots 1..4: the metatables every function closes over, 5: the protected-call runner (see
-    // userdata.rs)
+    // slots 1..4 and 6: the metatables every function closes over, 5: the protected-call
+    // runner (see userdata.rs)
+    let metatable = |name: &str| {
+        st.create_table(0, 6);
+        st.push_str(name);
+        st.raw_set_str(-2, "__name");
+    };
     for name in [
         "vmpool.pool",
         "vmpool.future",
         "vmpool.notifier",
         "vmpool.driver",
     ] {
-        st.create_table(0, 6);
-        st.push_str(name);
-        st.raw_set_str(-2, "__name");
+        metatable(name);
     }
     st.push_cclosure(crate::lua::PROTECTED_RUNNER, 0);
-    let native = 6;
+    metatable("vmpool.map");
+    let native = 7;
     st.create_table(0, 8);
-    let types: [(&str, c_int, Methods, Methods); 4] = [
+    let types: [(&str, c_int, Methods, Methods); 5] = [
         ("pool_methods", 1, POOL_METHODS, POOL_META),
         ("future_methods", 2, FUTURE_METHODS, FUTURE_META),
         ("notifier_methods", 3, NOTIFIER_METHODS, NOTIFIER_META),
         ("driver_methods", 4, DRIVER_METHODS, DRIVER_META),
+        ("map_methods", 6, MAP_METHODS, MAP_META),
     ];
     for (field, mt, methods, meta) in types {
         st.create_table(0, methods.len() as c_int);
@@ -189,6 +207,10 @@ fn build(st: State) -> Result<c_int, Error> {
     st.raw_set_str(native, "runtime");
     st.push_str(NGX_GLUE);
     st.raw_set_str(native, "_ngx_source");
+    st.push_str(crate::sys::IMPLEMENTATION);
+    st.raw_set_str(native, "_sys");
+    st.push_integer(i64::from(crate::config::NGX_NICE));
+    st.raw_set_str(native, "_ngx_nice");
 
     if st.load_text(GLUE.as_bytes(), "vmpool.lua") != 0 {
         return Err(Error::Internal(format!(

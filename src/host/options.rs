@@ -21,6 +21,7 @@ const KNOWN: &[&str] = &[
     "memory_limit",
     "max_waiting",
     "jit",
+    "nice",
 ];
 
 /// Largest integer option accepted (besides `math.huge`): every integer up to it is exact in a
@@ -68,6 +69,9 @@ pub fn parse(st: State, idx: c_int) -> Result<Config, Error> {
         ));
     }
     read_package_paths(st, &mut cfg)?;
+    if cfg.nice > 0 {
+        cfg.thread_nice = crate::sys::thread_nice().map(|own| (own + i32::from(cfg.nice)).min(19));
+    }
     Ok(cfg)
 }
 
@@ -136,6 +140,7 @@ fn read_fields(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
             }
             "max_waiting" => cfg.max_waiting = v.count(true, MAX_COUNT)?,
             "jit" => cfg.jit = v.boolean()?,
+            "nice" => cfg.nice = v.niceness()?,
             _ => unreachable!("checked against KNOWN"),
         }
         st.pop(1);
@@ -223,6 +228,13 @@ impl Field<'_> {
             Some(d) if d.is_zero() => None,
             Some(d) => Some(d),
         })
+    }
+
+    /// `nice`: an integer from 0 to 19 (lowering it below 0 needs privileges a pool should not
+    /// ask for).
+    fn niceness(&self) -> Result<u8, Error> {
+        let n = self.count(false, 19)?;
+        Ok(n as u8)
     }
 
     fn boolean(&self) -> Result<bool, Error> {

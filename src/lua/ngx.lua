@@ -396,6 +396,39 @@ local function host_co_invoke(pool, chunk, fn, ...)
   error(phase_error("pool:co_invoke", phase), 0)
 end
 
+--- pool:co_map(chunk, fn, list [, options]) inside OpenResty: the map's batches run in the pool
+--- while the request sleeps on a semaphore between them, woken when the batch it waits for (the
+--- first unfinished one, in list order) is done. wait_timeout bounds each of those waits.
+local function host_co_map(pool, chunk, fn, list, options)
+  local phase = get_phase()
+  if YIELDS[phase] then
+    local w = W
+    if w == nil or w.pid ~= worker_pid() then
+      w = worker()
+    end
+    if w.reader ~= RUNNING and not ensure_reader(w) then
+      return pool:map(chunk, fn, list, options)
+    end
+    local m, results, errors = native._map(pool, chunk, fn, list, options)
+    local notifier = w.notifier
+    local timeout = config.wait_timeout
+    while not m:_step(list, results, errors) do
+      local token = notifier:_token()
+      if m:_subscribe(notifier, token) then
+        local why, err = sleep_on(w, token, timeout)
+        if why ~= nil and not (why == false and m:_ready()) then
+          m:_cancel() -- its batches are cancelled; running ones stop after their item
+          error(why or gave_up(w, timeout, err), 0)
+        end
+      end
+    end
+    return results, errors
+  elseif BLOCKS[phase] then
+    return pool:map(chunk, fn, list, options)
+  end
+  error(phase_error("pool:co_map", phase), 0)
+end
+
 --- vmpool.ngx.wait(fut [, timeout]): waits for a future from pool:submit, yielding the request
 --- (or blocking in init phases); returns the call's results or raises its error.
 function A.wait(fut, timeout)
@@ -541,7 +574,8 @@ end
 -- Pool states created in nginx get an `ngx` of their own (src/lua/ngx_state.lua): the option
 -- ngx_api of vmpool.new, default true here (outside nginx there is no such option); false leaves
 -- it out. Its set-up is put before the pool's init code, on the same line so that init's line
--- numbers stay right.
+-- numbers stay right. Their threads run nicer than the worker (option nice, default
+-- native._ngx_nice here, 0 elsewhere: src/config.rs), so that the event loop comes first.
 do
   local plain_new = M.new
   local SETUP = 'require("vmpool")._ngx_state() '
@@ -557,6 +591,9 @@ do
     if api ~= nil and type(api) ~= "boolean" then
       error("vmpool: option 'ngx_api' to vmpool.new must be a boolean (got " .. type(api) .. ")", 2)
     end
+    if copy.nice == nil then
+      copy.nice = native._ngx_nice
+    end
     if api ~= false and (copy.init == nil or type(copy.init) == "string") then
       copy.init = SETUP .. (copy.init or "")
     end
@@ -564,4 +601,4 @@ do
   end
 end
 
-return A, host_co_invoke
+return A, host_co_invoke, host_co_map

@@ -14,6 +14,7 @@ local isyieldable = coroutine.isyieldable or native._yieldable
 local M = {
   _VERSION = native._VERSION,
   runtime = native.runtime,
+  _sys = native._sys, -- "linux" or "portable" (the portable-sys build: src/sys.rs), for the specs
   shared = native.shared,
   _ngx_state = native._ngx_state, -- pool states in nginx: sets their `ngx` (src/lua/ngx_state.lua)
   new = native.new,
@@ -26,7 +27,10 @@ local M = {
 
 local Pool = native.pool_methods
 local Future = native.future_methods
-local pool_invoke, pool_submit = Pool.invoke, Pool.submit
+local pool_invoke, pool_submit, pool_map = Pool.invoke, Pool.submit, Pool.map
+local native_map = native._map
+local Map = native.map_methods
+local map_step = Map._step
 
 --- cqueues' polling protocol: a future can be passed to cqueues.poll.
 function Future:events() return "r" end -- luacheck: ignore 212
@@ -45,9 +49,9 @@ local driver_of = setmetatable({}, { __mode = "k" })
 local Driver = {}
 Driver.__index = Driver
 
--- Inside OpenResty, co_invoke outside vmpool.run is src/lua/ngx.lua's, which decides by the
--- request phase (set below, where the adapter is loaded).
-local host_co_invoke
+-- Inside OpenResty, co_invoke and co_map outside vmpool.run are src/lua/ngx.lua's, which decide
+-- by the request phase (set below, where the adapter is loaded).
+local host_co_invoke, host_co_map
 
 local function in_coroutine()
   local co, main = coroutine_running()
@@ -59,6 +63,7 @@ end
 
 local Native = native.driver_methods
 local native_submit, native_result, native_wait = Native.submit, Native.result, Native.wait
+local native_watch, native_unwatch = Native._watch, Native._unwatch
 
 
 function Driver:spawn(fn, ...)
@@ -133,6 +138,33 @@ function Pool:co_invoke(chunk, fn, ...)
   return pool_invoke(self, chunk, fn, ...)
 end
 
+--- pool:co_map(chunk, fn, list [, options]): like map, but yields the running coroutine while
+--- the batches run (under vmpool.run, or inside OpenResty); elsewhere, and where the coroutine
+--- cannot yield, exactly like map.
+function Pool:co_map(chunk, fn, list, options)
+  if type(self) ~= "userdata" then
+    error("vmpool: bad argument #1 to 'co_map': expected a pool, got " .. type(self)
+      .. " (call it as pool:co_map(...), with a colon)", 2)
+  end
+  local d = driver_of[coroutine_running()]
+  if d and isyieldable() then
+    local m, results, errors = native_map(self, chunk, fn, list, options)
+    while not map_step(m, list, results, errors) do
+      local token = native_watch(d.native, m)
+      if token then
+        d.waiting[token] = coroutine_running()
+        coroutine_yield(WAIT)
+        native_unwatch(d.native, token)
+      end
+    end
+    return results, errors
+  end
+  if host_co_map then
+    return host_co_map(self, chunk, fn, list, options)
+  end
+  return pool_map(self, chunk, fn, list, options)
+end
+
 --- vmpool.run(fn, ...): runs fn(...) in a coroutine, plus every coroutine vmpool.spawn starts,
 --- until all are done; returns fn's results. Sleeps (no CPU) while every coroutine waits.
 function M.run(fn, ...)
@@ -204,7 +236,7 @@ end
 -- and its co_invoke serves pool:co_invoke outside vmpool.run.
 if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
   local load_text = loadstring or load -- luacheck: ignore 113
-  M.ngx, host_co_invoke = assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
+  M.ngx, host_co_invoke, host_co_map = assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
 end
 
 return M

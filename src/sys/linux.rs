@@ -1,4 +1,5 @@
-//! The Linux versions of the waiting and CPU functions: futexes, `sched_getcpu` and CPU affinity.
+//! The Linux versions of the waiting and CPU functions: futexes, `sched_getcpu`, CPU affinity and
+//! a thread's niceness.
 
 /// Sleeps while `word` still holds `expected` (or until woken, or `timeout`). May return
 /// spuriously: callers re-check their condition. Linux futex; the kernel compares and sleeps
@@ -72,5 +73,27 @@ pub fn move_off_cpu(cpu: i32) -> bool {
         let moved = libc::sched_setaffinity(0, size, &elsewhere) == 0;
         libc::sched_setaffinity(0, size, &allowed);
         moved
+    }
+}
+
+/// The calling thread's niceness (Linux keeps it per thread, and a thread inherits its creator's).
+pub fn thread_nice() -> Option<i32> {
+    // SAFETY: plain system calls on the calling thread's own id; errno is this thread's.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        // -1 is a valid niceness: only errno tells a failure apart
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+        (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
+    }
+}
+
+/// Sets the calling thread's niceness to `nice` (`setpriority` on the thread id changes this
+/// thread only). True if it took effect; going below the current niceness needs privileges.
+pub fn set_thread_nice(nice: i32) -> bool {
+    // SAFETY: plain system calls on the calling thread's own id.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
     }
 }

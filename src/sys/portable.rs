@@ -1,5 +1,6 @@
 //! The fallback for systems without Linux's futexes, `sched_getcpu` and affinity calls: waiting on
-//! a word through parking_lot's parking lot (keyed by the word's address), and no CPU moves.
+//! a word through parking_lot's parking lot (keyed by the word's address), no CPU moves, and no
+//! per-thread niceness.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -56,5 +57,16 @@ pub fn current_cpu() -> i32 {
 
 /// Never moves: without affinity calls the scheduler places threads itself.
 pub fn move_off_cpu(_cpu: i32) -> bool {
+    false
+}
+
+/// Unknown here: POSIX niceness belongs to a whole process, not to one thread.
+pub fn thread_nice() -> Option<i32> {
+    None
+}
+
+/// Does nothing: POSIX `setpriority` applies to a whole process, not to one thread, so the
+/// `nice` option has no effect in this build.
+pub fn set_thread_nice(_nice: i32) -> bool {
     false
 }

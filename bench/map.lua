@@ -1,0 +1,132 @@
+-- pool:map's two goals (issue 14): trivial items per second against the best per-call path
+-- measured in the same run (co_invoke with many calls in flight under vmpool.run), and how close
+-- heavy items come to perfect scaling over the states (the same map on a pool of 1 state and
+-- of 2). Rounds interleave the variants; each figure is the median of the rounds with [min-max].
+-- Run with the rock on the path, e.g.:
+--   LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/map.lua'
+-- Settings: BENCH_REPS (rounds, default 5), BENCH_QUICK=1 (one short round: checks that the
+-- script works, as CI runs it; its figures mean nothing), MAP_ITEMS (trivial items, 2,000,000),
+-- MAP_HEAVY (heavy items, 400), MAP_WORK (loop iterations per heavy item, about 1 ms: 100,000).
+local vmpool = require "vmpool"
+
+local QUICK = os.getenv("BENCH_QUICK") == "1"
+local REPS = tonumber(os.getenv("BENCH_REPS")) or (QUICK and 1 or 5)
+local ITEMS = tonumber(os.getenv("MAP_ITEMS")) or (QUICK and 20000 or 2000000)
+local HEAVY = tonumber(os.getenv("MAP_HEAVY")) or (QUICK and 16 or 400)
+local WORK = tonumber(os.getenv("MAP_WORK")) or (QUICK and 1000 or 100000)
+local IN_FLIGHT = QUICK and 100 or 4000
+
+local CHUNK = [[
+function id(x) return x end
+function heavy(n) local x = 0 for i = 1, n do x = (x + i * 7) % 1000003 end return x end
+]]
+
+local function median(xs)
+  local s = {}
+  for i = 1, #xs do s[i] = xs[i] end
+  table.sort(s)
+  local n = #s
+  local m = n % 2 == 1 and s[(n + 1) / 2] or (s[n / 2] + s[n / 2 + 1]) / 2
+  return m, s[1], s[n]
+end
+
+local function summary(xs, fmt)
+  local m, lo, hi = median(xs)
+  return string.format(fmt .. " [" .. fmt .. "-" .. fmt .. "]", m, lo, hi)
+end
+
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  if not f then return "unknown" end
+  local l = f:read("*l")
+  f:close()
+  return l:match("^(%S+ %S+ %S+)")
+end
+
+local function new_pool(core)
+  local pool = vmpool.new { core = core }
+  pool:compile("m", CHUNK)
+  return pool
+end
+
+-- trivial items per second through pool:map
+local function map_rate(pool, list)
+  local t0 = vmpool.clock()
+  local r = pool:map("m", "id", list)
+  local dt = vmpool.clock() - t0
+  assert(r[#list] == list[#list])
+  return #list / dt
+end
+
+-- calls per second through co_invoke with IN_FLIGHT coroutines under vmpool.run
+local function co_invoke_rate(pool, calls)
+  local per = math.ceil(calls / IN_FLIGHT)
+  local t0 = vmpool.clock()
+  vmpool.run(function()
+    for c = 1, IN_FLIGHT do
+      vmpool.spawn(function()
+        for i = 1, per do pool:co_invoke("m", "id", c + i) end
+      end)
+    end
+  end)
+  return per * IN_FLIGHT / (vmpool.clock() - t0)
+end
+
+-- seconds one map of the heavy items takes, and the CPUs the process used meanwhile (process CPU
+-- time / wall time: below 2 on the 2-state pool, the machine did not give it 2 CPUs)
+local function heavy_time(pool, list)
+  local t0, c0 = vmpool.clock(), os.clock()
+  pool:map("m", "heavy", list)
+  local dt = vmpool.clock() - t0
+  return dt, (os.clock() - c0) / dt
+end
+
+local probe = vmpool.new()
+local cpus = probe:stats().core -- the default core: the CPUs this process may use
+probe:close()
+print(string.format("bench/map.lua on %s, %d CPUs, load average before: %s%s", vmpool.runtime, cpus,
+  loadavg(), QUICK and " (BENCH_QUICK=1: a check that the script runs, not a measurement)" or ""))
+
+local list = {}
+for i = 1, ITEMS do list[i] = i end
+local heavy = {}
+for i = 1, HEAVY do heavy[i] = WORK end
+
+local pool = new_pool(cpus)
+local one, two = new_pool(1), new_pool(2)
+-- warm up: chunks loaded in every state, caches filled
+map_rate(pool, list)
+co_invoke_rate(pool, IN_FLIGHT)
+heavy_time(one, heavy)
+heavy_time(two, heavy)
+
+local mapped, invoked, ratio, t1s, t2s, eff, cpu2 = {}, {}, {}, {}, {}, {}, {}
+for r = 1, REPS do
+  mapped[r] = map_rate(pool, list)
+  invoked[r] = co_invoke_rate(pool, math.min(ITEMS, QUICK and 2000 or 400000))
+  ratio[r] = mapped[r] / invoked[r]
+  -- alternate which pool goes first, so that a drift in the machine's load hits both alike
+  if r % 2 == 1 then
+    t1s[r] = heavy_time(one, heavy)
+    t2s[r], cpu2[r] = heavy_time(two, heavy)
+  else
+    t2s[r], cpu2[r] = heavy_time(two, heavy)
+    t1s[r] = heavy_time(one, heavy)
+  end
+  eff[r] = t1s[r] / t2s[r] / 2
+end
+
+print(string.format("trivial items, pool:map on %d states: %s items/s", cpus, summary(mapped, "%.0f")))
+print(string.format("the same function through co_invoke, %d in flight: %s calls/s", IN_FLIGHT,
+  summary(invoked, "%.0f")))
+print(string.format("map / co_invoke, per round: %s (goal: 2,000,000 items/s on 2 CPUs)", summary(ratio, "%.2f")))
+print(string.format("heavy items (%d of heavy(%d)): 1 state %s s, 2 states %s s", HEAVY, WORK,
+  summary(t1s, "%.3f"), summary(t2s, "%.3f")))
+print(string.format("scaling efficiency (1-state time / 2-state time / 2), per round: %s (goal: >= 0.95)",
+  summary(eff, "%.3f")))
+print(string.format("CPUs the process got during the 2-state maps: %s (below 2: a loaded machine)",
+  summary(cpu2, "%.2f")))
+print("load average after: " .. loadavg())
+pool:close()
+one:close()
+two:close()

@@ -1,0 +1,72 @@
+//! A `pool:map` batch in a state: the function runs once per item, each item a call of its own
+//! (its own protected call, message handler and traceback, its own `time_limit` deadline), and
+//! only its first result is encoded. The batch stops at the first item that fails, and between
+//! items when the host asked it to (the call's `stop` flag, which the map sets when it gives up);
+//! the host then knows from `items_done` which results it has and which item failed.
+
+use std::sync::atomic::Ordering;
+
+use super::{Child, BASE};
+use crate::call::{deadline_after, Call, Outcome};
+use crate::child::limits::Trip;
+use crate::chunk::Chunk;
+use crate::value::Role;
+use crate::Error;
+
+impl Child {
+    /// Runs the items in `items` ([`crate::batch`] format), appending each one's first result
+    /// to `out`. Returns the outcome (the failing item's error, if one failed), whether the state
+    /// must be replaced (a limit was hit) and how many items ran to the end.
+    pub(super) fn run_batch(
+        &mut self,
+        chunk: &Chunk,
+        call: &Call,
+        items: &[u8],
+        out: &mut Vec<u8>,
+    ) -> (Outcome, bool, u32) {
+        out.clear();
+        let st = self.st;
+        let mut done = 0u32;
+        for item in crate::batch::Items::new(items) {
+            // stopping here leaves the state as clean as after any call: no need to replace it
+            if call.stop.load(Ordering::Relaxed) {
+                return (Outcome::Err(Error::Cancelled), false, done);
+            }
+            let item = match item {
+                Ok(item) => item,
+                Err(c) => {
+                    let e = Error::Internal(format!("bad map batch: {}", c.0));
+                    return (Outcome::Err(e), false, done);
+                }
+            };
+            if self.hooked && done > 0 {
+                // `time_limit` holds per item (`arm` set the first item's deadline)
+                self.limits.deadline.set(deadline_after(self.time_limit));
+            }
+            let n = match self.run_function(chunk, item) {
+                Ok(n) => n,
+                Err((outcome, replace)) => return (outcome, replace, done),
+            };
+            if self.limits.tripped.get() != Trip::None {
+                // a coroutine hit the limit and the function swallowed the error (see `run`)
+                st.set_top(BASE);
+                let function = String::from_utf8_lossy(&self.func).into_owned();
+                if let Some((outcome, replace)) = self.limit_outcome(&chunk.name, &function) {
+                    return (outcome, replace, done);
+                }
+            }
+            let at = crate::batch::begin_item(out);
+            let encoded = self
+                .encoder
+                .encode(st, BASE + 1, n.min(1), out, Role::Result(&self.func))
+                .and_then(|()| crate::batch::end_item(out, at));
+            st.set_top(BASE);
+            if let Err(e) = encoded {
+                out.truncate(at);
+                return (Outcome::Err(e), false, done);
+            }
+            done += 1;
+        }
+        (Outcome::Ok, false, done)
+    }
+}

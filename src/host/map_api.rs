@@ -1,0 +1,278 @@
+//! `pool:map(name, fn, list [, options])`: `fn` once per item of `list`, in batches (one job
+//! carries many items, so the cost of a dispatch is paid once per batch, not per item), with the
+//! results in list order. This is its Lua face: the arguments and options, the blocking loop, and
+//! the map object the coroutine-aware variants drive; the run itself is `host/map_run.rs`.
+//!
+//! The blocking `pool:map` runs the whole loop natively. The coroutine-aware variants
+//! (`co_map` under `vmpool.run` and in OpenResty, in `vmpool.lua` and `ngx.lua`) hold a
+//! `MapRun` in a userdata and drive it step by step: `m:_step(list, results, errors)` does what
+//! can be done without waiting, and the scheduler is told which call to wake the coroutine for
+//! (`driver:_watch(m)`, `m:_subscribe(notifier, token)`).
+
+use std::ffi::c_int;
+use std::sync::Arc;
+
+use crate::call::Call;
+use crate::host::call_io::{bad_arg, PoolHandle, RESULT_WAIT};
+use crate::host::map_run::{MapOptions, MapRun};
+use crate::host::notifier_api::NotifierHandle;
+use crate::host::protect::{protected, push_str};
+use crate::host::userdata::{self, UV_MAP};
+use crate::lua::{State, TBOOLEAN, TNIL, TNONE, TNUMBER, TSTRING, TTABLE};
+use crate::notify::Subscriber;
+use crate::Error;
+
+const KNOWN: &[&str] = &["batch", "errors", "unpack"];
+
+fn pool_handle<'a>(st: State, idx: c_int, method: &str) -> Result<&'a mut PoolHandle, Error> {
+    userdata::get::<PoolHandle>(st, idx)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument(format!(
+                "bad argument #1 to '{method}': expected a pool, got {} (call it as pool:{method}(...), with a colon)",
+                st.type_name(idx)
+            ))
+        })
+}
+
+fn map_handle<'a>(st: State) -> Result<&'a mut MapRun, Error> {
+    userdata::get::<MapRun>(st, 1)
+        .and_then(|b| b.get())
+        .ok_or_else(|| Error::Internal("expected a map run as first argument".into()))
+}
+
+/// Reads the options table at `idx` (nil or none: the defaults).
+fn options(st: State, idx: c_int, method: &str) -> Result<MapOptions, Error> {
+    let mut o = MapOptions {
+        unpack: false,
+        collect: false,
+        batch: None,
+    };
+    match st.type_of(idx) {
+        TNIL | TNONE => return Ok(o),
+        TTABLE => {}
+        _ => return Err(bad_arg(st, idx, 4, method, "a table of options or nil")),
+    }
+    if !st.check_stack(3) {
+        return Err(Error::Internal("no Lua stack space".into()));
+    }
+    let top = st.top();
+    let wrong = |what: &str, expected: &str, st: State| {
+        Error::BadArgument(format!(
+            "bad argument #4 to '{method}': option '{what}' must be {expected} (got {})",
+            describe(st, -1)
+        ))
+    };
+    st.push_nil();
+    let mut result = Ok(());
+    while st.next(idx) {
+        let key = (st.type_of(-2) == TSTRING)
+            .then(|| st.to_bytes(-2))
+            .flatten()
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .filter(|k| KNOWN.contains(k));
+        let r = match key {
+            Some("unpack") if st.type_of(-1) == TBOOLEAN => {
+                o.unpack = st.to_boolean(-1);
+                Ok(())
+            }
+            Some("unpack") => Err(wrong("unpack", "a boolean", st)),
+            Some("errors") => match st.to_bytes(-1).filter(|_| st.type_of(-1) == TSTRING) {
+                Some(b"stop") => {
+                    o.collect = false;
+                    Ok(())
+                }
+                Some(b"collect") => {
+                    o.collect = true;
+                    Ok(())
+                }
+                _ => Err(wrong("errors", "\"stop\" or \"collect\"", st)),
+            },
+            Some(_) => {
+                let n = st.to_number(-1);
+                if st.type_of(-1) == TNUMBER && n >= 1.0 && n.fract() == 0.0 && n <= 1e9 {
+                    o.batch = Some(n as usize);
+                    Ok(())
+                } else {
+                    Err(wrong(
+                        "batch",
+                        "a positive integer (items per batch, at most 1e9)",
+                        st,
+                    ))
+                }
+            }
+            None => Err(Error::BadArgument(format!(
+                "bad argument #4 to '{method}': unknown option {} (known options: {})",
+                describe(st, -2),
+                KNOWN.join(", ")
+            ))),
+        };
+        st.pop(1);
+        if r.is_err() {
+            result = r;
+            break;
+        }
+    }
+    st.set_top(top);
+    result.map(|()| o)
+}
+
+/// Checks `pool:METHOD(name, fn, list [, options])` with the pool at `base - 1` and sets a
+/// map up (nothing is submitted yet).
+fn start(st: State, h: &mut PoolHandle, base: c_int, method: &str) -> Result<MapRun, Error> {
+    h.check()?;
+    if st.type_of(base) != TSTRING {
+        return Err(bad_arg(st, base, 1, method, "a chunk name (string)"));
+    }
+    if st.type_of(base + 1) != TSTRING {
+        return Err(bad_arg(st, base + 1, 2, method, "a function name (string)"));
+    }
+    if st.type_of(base + 2) != TTABLE {
+        return Err(bad_arg(st, base + 2, 3, method, "a list of items (table)"));
+    }
+    let opts = options(st, base + 3, method)?;
+    MapRun::new(
+        h,
+        st.to_bytes(base).unwrap_or_default(),
+        st.to_bytes(base + 1).unwrap_or_default(),
+        st.raw_len(base + 2),
+        opts,
+    )
+}
+
+/// A value for a message: strings quoted, numbers and booleans as Lua shows them, else the type.
+fn describe(st: State, idx: c_int) -> String {
+    match st.type_of(idx) {
+        TSTRING => format!(
+            "'{}'",
+            String::from_utf8_lossy(st.to_bytes(idx).unwrap_or_default())
+        ),
+        TNUMBER => crate::error::lua_number(st.to_number(idx)),
+        TBOOLEAN => st.to_boolean(idx).to_string(),
+        _ => st.type_name(idx).to_string(),
+    }
+}
+
+/// Pushes a results table for `len` items (and an errors table if `collect`). Returns the
+/// slot of each (0 for no errors table).
+fn push_tables(st: State, len: usize, collect: bool) -> Result<(c_int, c_int), Error> {
+    let narr = len.min(1 << 26) as c_int;
+    protected(
+        st,
+        0,
+        || "creating the results of a map".into(),
+        &mut |st| {
+            st.create_table(narr, 0);
+            if collect {
+                st.create_table(0, 0);
+            }
+            1 + c_int::from(collect)
+        },
+    )?;
+    let top = st.top();
+    Ok(if collect { (top - 1, top) } else { (top, 0) })
+}
+
+crate::lua_function!(pub fn map => map_impl);
+/// `pool:map(name, fn, list [, options])` -> results (and errors with `errors = "collect"`).
+fn map_impl(st: State) -> Result<c_int, Error> {
+    let h = pool_handle(st, 1, "map")?;
+    let mut run = start(st, h, 2, "map")?;
+    st.set_top(5);
+    let (results, errors) = push_tables(st, run.len(), run.collects())?;
+    loop {
+        if run.step(st, 4, results, errors)? {
+            break;
+        }
+        if let Some(call) = run.wait_target() {
+            run.pool().note_host_cpu();
+            RESULT_WAIT.with(|spin| call.wait(None, spin));
+        }
+    }
+    Ok(1 + c_int::from(errors != 0))
+}
+
+crate::lua_function!(pub fn new_map => new_map_impl);
+/// `native._map(pool, name, fn, list [, options])` -> map, results [, errors]: a map for a
+/// scheduler to drive with `m:_step`.
+fn new_map_impl(st: State) -> Result<c_int, Error> {
+    let h = pool_handle(st, 1, "co_map")?;
+    let run = start(st, h, 2, "co_map")?;
+    let (len, collect) = (run.len(), run.collects());
+    st.set_top(0);
+    userdata::push(st, run, UV_MAP)?;
+    push_tables(st, len, collect)?;
+    Ok(st.top())
+}
+
+crate::lua_function!(pub fn step => step_impl);
+/// `m:_step(list, results [, errors])` -> true once done, false to wait (see `_ready`,
+/// `_subscribe`, `driver:_watch`); raises the map's error once nothing is in flight.
+fn step_impl(st: State) -> Result<c_int, Error> {
+    let m = map_handle(st)?;
+    let errors = if st.type_of(4) == TTABLE { 4 } else { 0 };
+    let done = m.step(st, 2, 3, errors)?;
+    st.push_bool(done);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn ready => ready_impl);
+/// `m:_ready()`: whether the next step can run without waiting.
+fn ready_impl(st: State) -> Result<c_int, Error> {
+    let m = map_handle(st)?;
+    st.push_bool(m.wait_target().is_none());
+    Ok(1)
+}
+
+crate::lua_function!(pub fn cancel => cancel_impl);
+/// `m:_cancel()`: gives the map up (its batches are cancelled; nobody takes its results).
+fn cancel_impl(st: State) -> Result<c_int, Error> {
+    let m = map_handle(st)?;
+    m.fail(Error::Cancelled);
+    Ok(0)
+}
+
+crate::lua_function!(pub fn subscribe => subscribe_impl);
+/// `m:_subscribe(notifier, token)` -> whether it subscribed (false: step again at once): the
+/// notifier queues `token` when the batch the map waits for finishes.
+fn subscribe_impl(st: State) -> Result<c_int, Error> {
+    let m = map_handle(st)?;
+    let notifier = userdata::get::<NotifierHandle>(st, 2)
+        .and_then(|b| b.get())
+        .ok_or_else(|| Error::Internal("m:_subscribe needs a notifier".into()))?
+        .notifier
+        .clone();
+    if st.type_of(3) != TNUMBER {
+        return Err(Error::Internal("m:_subscribe needs a token".into()));
+    }
+    let token = st.to_number(3) as u64;
+    let subscribed = m
+        .wait_target()
+        .is_some_and(|call| call.subscribe(Subscriber::Queue { notifier, token }));
+    st.push_bool(subscribed);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn tostring => tostring_impl);
+fn tostring_impl(st: State) -> Result<c_int, Error> {
+    let text = match userdata::get::<MapRun>(st, 1).and_then(|b| b.get()) {
+        Some(m) => format!("vmpool.map ({})", m.describe()),
+        None => "vmpool.map (finished)".into(),
+    };
+    push_str(st, &text, || "converting a map to a string".into())?;
+    Ok(1)
+}
+
+crate::lua_function!(pub fn gc => gc_impl);
+fn gc_impl(st: State) -> Result<c_int, Error> {
+    userdata::finalize::<MapRun>(st, 1);
+    Ok(0)
+}
+
+/// For `driver:_watch(m)`: the call the map waits for, if any.
+pub fn wait_target_at(st: State, idx: c_int) -> Result<Option<Arc<Call>>, Error> {
+    let m = userdata::get::<MapRun>(st, idx)
+        .and_then(|b| b.get())
+        .ok_or_else(|| Error::Internal("driver:_watch needs a map".into()))?;
+    Ok(m.wait_target().cloned())
+}
