@@ -19,6 +19,7 @@ run bench/workload.lua --strategy=unbounded --p=10 --calls=200 --cpus=2
 run bench/chunks.lua
 run bench/limits.lua
 run bench/shared.lua
+run bench/map.lua
 # the OpenResty scripts, when the LuaJIT rock is built (make test builds it) and nginx is there
 if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then
   echo "== bench smoke (luajit, nginx): bench/ngx/shared.lua"

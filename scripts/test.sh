@@ -33,11 +33,6 @@ for LUA in $runtimes; do
   echo "== $LUA: busted (luarocks test)"
   ( . scripts/luaenv.sh && vmpool_luarocks_config "$PWD/$VMPOOL_TREE" &&
     luarocks --lua-version="$VMPOOL_LUA_VERSION" --tree "$VMPOOL_TREE" test rockspec/vmpool-scm-1.rockspec -- --output=utfTerminal )
-  # pool:map's benchmark, once, in its short mode (so that it cannot rot; its figures mean nothing)
-  if [ "$LUA" = lua5.4 ]; then
-    echo "== lua5.4: bench/map.lua (BENCH_QUICK=1)"
-    ( . scripts/luaenv.sh && BENCH_QUICK=1 lua5.4 bench/map.lua )
-  fi
   # every outcome under load, balanced counters, nothing leaked (SOAK_SECONDS, 0 skips); the
   # proof that the leak check catches leaks runs with the first runtime only
   if [ "${SOAK_SECONDS:-20}" != 0 ]; then

@@ -114,6 +114,18 @@ describe("Ctrl-C while the host waits", function()
     assert.matches("next\t8", out)
   end)
 
+  it("ends a blocked pool:map, and the pool keeps working", function()
+    local out, status = run [[
+      local ok, err = pcall(pool.map, pool, "c", "interrupt_host", { true })
+      caught()
+      print("first", ok, err, gave_up())
+      print("next", pool:invoke("c", "later"))
+    ]]
+    assert.equal(0, status, out)
+    assert.matches("first\tfalse\t" .. interrupted("pool:map()") .. "\tfalse", out)
+    assert.matches("next\t8", out)
+  end)
+
   it("ends a wait inside a coroutine on Lua 5.2 to 5.4, where the main thread's hook is visible", function()
     if vmpool.runtime == "Lua 5.1" or vmpool.runtime == "LuaJIT" then
       pending("Lua 5.1 and LuaJIT do not let a coroutine reach the main thread's hook")

@@ -451,10 +451,13 @@ fn push_metatable(st: State, runner: c_int) {
 /// Sets `f` into the table on top as a closure with the upvalue layout of every host function
 /// (userdata.rs): the runner of protected calls in its slot, which is all the methods use.
 fn set_method(st: State, runner: c_int, name: &str, f: ffi::lua_CFunction) {
-    for _ in 1..userdata::NUM_UPVALUES {
-        st.push_nil();
+    for slot in 1..=userdata::NUM_UPVALUES {
+        if ffi::lua_upvalueindex(slot) == crate::lua::RUNNER_UPVALUE {
+            st.push_value(runner);
+        } else {
+            st.push_nil();
+        }
     }
-    st.push_value(runner);
     st.push_cclosure(f, userdata::NUM_UPVALUES);
     st.raw_set_str(-2, name);
 }

@@ -13,7 +13,8 @@ use std::ffi::c_int;
 use std::sync::Arc;
 
 use crate::call::Call;
-use crate::host::call_io::{bad_arg, PoolHandle, RESULT_WAIT};
+use crate::call::Waited;
+use crate::host::call_io::{bad_arg, HostWait, PoolHandle};
 use crate::host::map_run::{MapOptions, MapRun};
 use crate::host::notifier_api::NotifierHandle;
 use crate::host::protect::{protected, push_str};
@@ -186,7 +187,13 @@ fn map_impl(st: State) -> Result<c_int, Error> {
         }
         if let Some(call) = run.wait_target() {
             run.pool().note_host_cpu();
-            RESULT_WAIT.with(|spin| call.wait(None, spin));
+            let mut waiting = HostWait::new(st);
+            if waiting.call(call, None) == Waited::Interrupted {
+                // Ctrl-C: the map's calls are stopped as when an item fails (dropping the run)
+                if let Some(e) = waiting.interrupt_error("pool:map()") {
+                    return Err(e);
+                }
+            }
         }
     }
     Ok(1 + c_int::from(errors != 0))
