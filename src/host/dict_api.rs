@@ -286,14 +286,6 @@ fn answer(st: State, method: &str, f: &mut dyn FnMut(State) -> c_int) -> Result<
     protected(st, 0, || format!("answering dict:{method}()"), f)
 }
 
-fn push_scalar(st: State, v: &Scalar) {
-    match v {
-        Scalar::Bool(b) => st.push_bool(*b),
-        Scalar::Num(n) => push_number(st, *n),
-        Scalar::Str(s) => st.push_bytes(s),
-    }
-}
-
 fn ensure_stack(st: State, n: c_int) -> Result<(), Error> {
     if st.check_stack(n) {
         Ok(())
