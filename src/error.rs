@@ -68,6 +68,9 @@ pub enum Error {
         doing: String,
         message: Option<String>,
     },
+    /// An event-loop adapter (`require "vmpool.luv"`, `"vmpool.cqueues"`) could not load; its Lua
+    /// code words `message` (starting with `vmpool:` when it says what to do).
+    Load { module: String, message: String },
     /// Anything else that should not happen.
     Internal(String),
 }
@@ -159,6 +162,8 @@ impl fmt::Display for Error {
                 f,
                 "vmpool: a Lua error was raised in the host while {doing}: {m} (a __gc finalizer that ran meanwhile raised it; finalizers must not raise errors)"
             ),
+            Error::Load { message, .. } if message.starts_with("vmpool:") => f.write_str(message),
+            Error::Load { module, message } => write!(f, "vmpool: cannot load {module}: {message}"),
             Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
         }
     }

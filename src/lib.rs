@@ -122,3 +122,29 @@ pub unsafe extern "C-unwind" fn luaopen_vmpool(l: *mut lua::lua_State) -> isize 
     let state = unsafe { lua::State::from_raw(l) };
     lua::run_protected(state, host::open) as isize
 }
+
+/// What `require "vmpool.luv"` finds in the library (Lua's all-in-one loader: the library
+/// `vmpool` and the function `luaopen_vmpool_luv`) when `vmpool` is not loaded yet; once it is,
+/// `package.preload` serves the name.
+///
+/// # Safety
+/// Called by Lua's `require` with a live state.
+#[cfg(feature = "module")]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn luaopen_vmpool_luv(l: *mut lua::lua_State) -> isize {
+    // SAFETY: as for `luaopen_vmpool`.
+    let state = unsafe { lua::State::from_raw(l) };
+    lua::run_protected(state, |st| host::open_adapter(st, "vmpool.luv")) as isize
+}
+
+/// `require "vmpool.cqueues"`, as [`luaopen_vmpool_luv`] is `vmpool.luv`.
+///
+/// # Safety
+/// Called by Lua's `require` with a live state.
+#[cfg(feature = "module")]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn luaopen_vmpool_cqueues(l: *mut lua::lua_State) -> isize {
+    // SAFETY: as for `luaopen_vmpool`.
+    let state = unsafe { lua::State::from_raw(l) };
+    lua::run_protected(state, |st| host::open_adapter(st, "vmpool.cqueues")) as isize
+}
