@@ -7,7 +7,8 @@ local native = ...
 local coroutine_running, coroutine_yield = coroutine.running, coroutine.yield
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
 local unpack = table.unpack or unpack -- luacheck: ignore 143
-local select, setmetatable, error, tostring, type, pcall, pairs = select, setmetatable, error, tostring, type, pcall, pairs
+local select, setmetatable, error, tostring = select, setmetatable, error, tostring
+local type, pcall, pairs = type, pcall, pairs
 -- whether the running coroutine can yield here (Lua 5.1 and 5.2 ask the native side)
 local isyieldable = coroutine.isyieldable or native._yieldable
 
