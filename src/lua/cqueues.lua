@@ -48,6 +48,7 @@ local counters = {
   resumes = 0, -- times a waiting coroutine woke up (its call finished, or not: see early)
   early = 0, -- of those, wake-ups that found the call still running
   wakeups = 0, -- dispatcher wake-ups (each drains every finished call of its pool)
+  empty = 0, -- of those, wake-ups that found no finished call
   completions = 0, -- tokens the dispatchers took
   dropped = 0, -- tokens whose coroutine had stopped waiting
   dispatchers = 0, -- dispatcher coroutines started
@@ -67,6 +68,7 @@ local function dispatch(s)
     counters.wakeups = counters.wakeups + 1
     local tokens = notifier:drain()
     local n = #tokens
+    if n == 0 then counters.empty = counters.empty + 1 end
     s.in_flight = s.in_flight - n
     counters.completions = counters.completions + n
     for i = 1, n do
@@ -200,6 +202,7 @@ function A.stats()
     resumes = counters.resumes,
     early = counters.early,
     wakeups = counters.wakeups,
+    empty = counters.empty,
     completions = counters.completions,
     dropped = counters.dropped,
     dispatchers = counters.dispatchers,

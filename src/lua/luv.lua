@@ -61,6 +61,7 @@ local counters = {
   waits = 0, -- coroutines that yielded for a call
   resumes = 0, -- coroutines the loop resumed because their call finished
   wakeups = 0, -- poll callbacks (each drains every finished call of its pool)
+  empty = 0, -- of those, callbacks that found no finished call
   completions = 0, -- tokens the callbacks took
   dropped = 0, -- tokens whose coroutine had stopped waiting
   early = 0, -- waiting coroutines resumed by something other than the adapter
@@ -115,6 +116,7 @@ local function dispatcher(s)
     local tokens = notifier:drain()
     local waiting = s.waiting
     local n = #tokens
+    if n == 0 then counters.empty = counters.empty + 1 end
     s.in_flight = s.in_flight - n
     counters.completions = counters.completions + n
     local why
@@ -292,6 +294,7 @@ function A.stats()
     waits = counters.waits,
     resumes = counters.resumes,
     wakeups = counters.wakeups,
+    empty = counters.empty,
     completions = counters.completions,
     dropped = counters.dropped,
     early = counters.early,
