@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs every test suite: Rust tests, the same under ThreadSanitizer, bounded fuzzing, then for each
 # runtime the rock installed by LuaRocks, the busted specs against it and a short soak test; with
-# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh); last, the packed
+# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh) and vmpool inside
+# Neovim (scripts/test-nvim.sh); last, the packed
 # release rock (make dist) installed into a fresh tree as a user would (scripts/install-check.sh).
 # Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0, PORTABLE=0 and
 # SOAK_SECONDS=0 skip the TSan runs, fuzzing, the portable-sys fallback and the soak test.
@@ -42,6 +43,8 @@ for LUA in $runtimes; do
   if [ "$LUA" = luajit ]; then
     echo "== luajit: nginx integration (spec/ngx)"
     scripts/test-ngx.sh
+    echo "== luajit: vmpool inside Neovim through vim.loop (spec/nvim)"
+    scripts/test-nvim.sh
   fi
 done
 echo "== packed rock: make dist, luarocks install --server=dist into a fresh tree"
