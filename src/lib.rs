@@ -8,7 +8,9 @@
 //!
 //! - [`host`]: what Lua sees. `luaopen_vmpool` registers the pool, future and notifier types;
 //!   `pool:invoke` reads its arguments straight off the Lua stack ([`lua`] is the thin layer over
-//!   the C API) and encodes them with [`value`].
+//!   the C API) and encodes them with [`value`]. The schedulers' Lua halves live in `src/lua/`:
+//!   `vmpool.run`, and the adapters `vmpool.ngx` (OpenResty), `vmpool.luv` and `vmpool.cqueues`
+//!   (`luaopen_vmpool_luv` / `luaopen_vmpool_cqueues` are their entry points in the library).
 //! - [`call`]: one call's record and the phases it moves through (queued, assigned, running,
 //!   done), with exactly one outcome.
 //! - [`pool`]: the front (`Pool`: new, submit, cancel, collect, close, stats) over the sizing
@@ -21,8 +23,9 @@
 //! - [`child`]: the child Lua state itself, created with vmpool's counting allocator
 //!   ([`state_heap`]): chunk loading (from [`chunk::Chunks`], which owns its epoch), the call
 //!   trampoline, tracebacks, and the hook behind `time_limit` and cancellation.
-//! - [`notify`]: completion queues and file descriptors that let schedulers (`vmpool.run`,
-//!   OpenResty, cqueues, luv) sleep until a call finishes.
+//! - [`notify`]: completion queues and their doorbells (a condition variable, a socket, an
+//!   eventfd) that let schedulers (`vmpool.run`, OpenResty, luv, cqueues) sleep until a call
+//!   finishes.
 //! - [`shared`]: `vmpool.shared`, the process-wide dictionaries with `ngx.shared.DICT`'s API that
 //!   the host and every pool state reach (Lua side: `host/dict_api.rs`).
 //! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime

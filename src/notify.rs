@@ -345,7 +345,10 @@ mod tests {
         let mut out = Vec::new();
         n.drain(&mut out);
         assert_eq!(out, [1, 2]);
-        assert!(!readable(fd), "a drained queue leaves the eventfd quiet (a loop would spin)");
+        assert!(
+            !readable(fd),
+            "a drained queue leaves the eventfd quiet (a loop would spin)"
+        );
         n.push(3);
         assert!(readable(fd));
         n.wait(None, &mut out);
