@@ -153,6 +153,13 @@ describe("vmpool.luv", function()
     run_loop()
     assert.are.equal("first", first)
     assert.are.equal(0, strict:stats().busy)
+    -- refused with nothing of the adapter in flight: no watcher is left to keep the loop alive
+    local held = strict:submit("c", "gate", gate.port, "held")
+    gate:arrivals(1)
+    assert.is_false(pcall(vluv.spawn, function() strict:co_invoke("c", "echo", "refused") end))
+    assert.are.equal(0, vluv.stats().watchers)
+    gate:release()
+    assert.are.equal("held", held:wait())
     strict:close()
   end)
 

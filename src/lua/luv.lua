@@ -169,18 +169,26 @@ local function open_watcher(s)
     .. " (is the luv loop closed?)", 0)
 end
 
+-- Called before a call is submitted (or a future subscribed): once its token exists it must find
+-- a watcher, or it would never be dispatched.
+local function watch(s)
+  if s.handle == nil then
+    open_watcher(s)
+  end
+end
+
+-- After a failed submit: the watcher goes if nothing else is in flight.
+local function unwatch(s)
+  if s.in_flight == 0 then
+    close_watcher(s)
+  end
+end
+
 -- Yields the running coroutine until the loop hands back token (a call filed in s, or a future
--- subscribed under it). Returns true if the adapter resumed it; false if something else resumed
--- it first (the token then has no waiter any more).
+-- subscribed under it; the watcher is open). Returns true if the adapter resumed it; false if
+-- something else resumed it first (the token then has no waiter any more).
 local function sleep_on(s, token, co)
   s.in_flight = s.in_flight + 1
-  if s.handle == nil then
-    local ok, err = pcall(open_watcher, s)
-    if not ok then
-      s.in_flight = s.in_flight - 1
-      return nil, err
-    end
-  end
   s.waiting[token] = co
   counters.waits = counters.waits + 1
   if coroutine_yield() == FINISHED then
@@ -202,13 +210,17 @@ end
 local function co_invoke(pool, chunk, fn, ...)
   local s = states[pool] or state_of(pool)
   local notifier = s.notifier
-  local token = notifier:_submit(pool, chunk, fn, ...)
-  local finished, err = sleep_on(s, token, coroutine_running())
-  if finished then
+  watch(s)
+  local submitted, token = pcall(notifier._submit, notifier, pool, chunk, fn, ...)
+  if not submitted then
+    unwatch(s)
+    error(token, 0)
+  end
+  if sleep_on(s, token, coroutine_running()) then
     return notifier:_take(token)
   end
   notifier:_drop(token) -- not started: cancelled; its completion finds no waiter
-  error(err or resumed_early("pool:co_invoke"), 0)
+  error(resumed_early("pool:co_invoke"), 0)
 end
 
 add_loop {
@@ -239,16 +251,18 @@ function A.await(fut)
   local s = states[FUTURES] or state_of(FUTURES)
   local notifier = s.notifier
   local token = notifier:_token()
+  watch(s)
   if not fut:_subscribe(notifier, token) then
+    unwatch(s)
     return future_wait(fut) -- finished already
   end
   awaited[fut] = true
-  local finished, err = sleep_on(s, token, co)
+  local finished = sleep_on(s, token, co)
   awaited[fut] = nil
   if finished or fut:ready() then
     return future_wait(fut)
   end
-  error(err or resumed_early("vmpool.luv.await"), 2)
+  error(resumed_early("vmpool.luv.await"), 2)
 end
 
 local function pack(...)
