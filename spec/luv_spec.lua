@@ -61,6 +61,23 @@ describe("vmpool.luv", function()
     assert.are.equal(vluv, require "vmpool.luv")
   end)
 
+  it("loads before vmpool itself, from the library (a fresh interpreter)", function()
+    local Sub = require "spec.support.subprocess"
+    local out, status = Sub.run([[
+      local vluv = require "vmpool.luv"      -- the library's luaopen_vmpool_luv
+      local vcq = require "vmpool.cqueues"   -- package.preload, now that vmpool is loaded
+      local pool = require("vmpool").new { core = 1 }
+      pool:compile("c", "function id(x) return x end")
+      local got
+      vluv.spawn(function() got = pool:co_invoke("c", "id", "luv") end)
+      vluv.loop.run()
+      pool:close()
+      print(got, type(vcq.await))
+    ]])
+    assert.are.equal(0, status, out)
+    assert.matches("^luv\tfunction", out)
+  end)
+
   it("resumes each of 1,000 concurrent calls' coroutines once, with its own results", function()
     local big = vmpool.new { core = 4 }
     big:compile("c", CHUNK)
