@@ -5,3 +5,6 @@ files["spec"] = { std = "+busted" }
 globals = {}
 -- the editor annotations are declarations with empty bodies and one-line field docs
 files["types"] = { ignore = { "212", "241", "631" } }
+-- Neovim's API table, in the code that runs inside the editor
+files["examples/neovim"] = { read_globals = { "vim" } }
+files["spec/nvim"] = { read_globals = { "vim" } }

@@ -2,7 +2,9 @@
 # Installs the packed rock (dist/, from scripts/dist.sh) the way a user would, with no clone around:
 # from an empty temporary directory, into a fresh tree, then requires vmpool from that tree only
 # and makes a call. INSTALL_FROM says how: `server` (luarocks install --server=<dist> vmpool, the
-# default), `file` (luarocks install <the .src.rock>), or both ("server file").
+# default), `file` (luarocks install <the .src.rock>), or both ("server file"). The event-loop
+# adapters ship inside the library: `require "vmpool.luv"` and `"vmpool.cqueues"` from the fresh
+# tree, with the system's luv and cqueues (Debian's lua-luv, lua-cqueues) after it on the path.
 # Usage: scripts/install-check.sh [runtimes] (default lua5.4)
 set -eu
 cd "$(dirname "$0")/.."
@@ -32,11 +34,13 @@ for LUA in ${*:-lua5.4}; do
       exit 1
     fi
     unset LUAROCKS_CONFIG
-    types="$tmp/tree/lib/luarocks/rocks-$VMPOOL_LUA_VERSION/vmpool/$version-1/types/vmpool.lua"
-    if [ ! -f "$types" ]; then
-      echo "vmpool: the rock did not install its editor annotations at $types" >&2
-      exit 1
-    fi
+    for types in vmpool.lua vmpool/luv.lua vmpool/cqueues.lua; do
+      types="$tmp/tree/lib/luarocks/rocks-$VMPOOL_LUA_VERSION/vmpool/$version-1/types/$types"
+      if [ ! -f "$types" ]; then
+        echo "vmpool: the rock did not install its editor annotations at $types" >&2
+        exit 1
+      fi
+    done
     # only the fresh tree on the C path (no ';;': no system directory, no lua_modules/)
     LUA_CPATH="$tmp/tree/lib/lua/$VMPOOL_LUA_VERSION/?.so" "$LUA" - "$version" <<'CHECK'
 local vmpool = require "vmpool"
@@ -46,7 +50,28 @@ pool:compile("check", "function add(a, b) return a + b end")
 local sum = pool:invoke("check", "add", 2, 3)
 assert(sum == 5, "pool:invoke returned " .. tostring(sum))
 pool:close()
+-- the adapters are in the library; without luv on the path the adapter says what it needs
+local ok, err = pcall(require, "vmpool.luv")
+assert(not ok and err:find("vmpool: vmpool.luv needs the luv module", 1, true), "require 'vmpool.luv': " .. tostring(err))
 print("vmpool " .. vmpool._VERSION .. " on " .. vmpool.runtime .. ": installed and working")
+CHECK
+    # the adapters from the fresh tree, the loops from the system's directories (after it)
+    LUA_CPATH="$tmp/tree/lib/lua/$VMPOOL_LUA_VERSION/?.so;;" "$LUA" - <<'CHECK'
+local vluv = require "vmpool.luv" -- before vmpool: found as luaopen_vmpool_luv in vmpool.so
+local vcq = require "vmpool.cqueues"
+local vmpool = require "vmpool"
+local pool = vmpool.new { core = 1 }
+pool:compile("check", "function add(a, b) return a + b end")
+local got = {}
+vluv.spawn(function() got.luv = pool:co_invoke("check", "add", 1, 2) end)
+vluv.loop.run()
+local cq = require("cqueues").new()
+cq:wrap(function() got.cqueues = pool:co_invoke("check", "add", 3, 4) end)
+assert(cq:loop())
+assert(got.luv == 3 and got.cqueues == 7, "the adapters returned " .. tostring(got.luv) .. ", " .. tostring(got.cqueues))
+assert(vluv.stats().resumes == 1 and vcq.stats().resumes == 1)
+pool:close()
+print("vmpool.luv and vmpool.cqueues on " .. vmpool.runtime .. ": installed and working")
 CHECK
     cd "$root"
     rm -rf "$tmp"

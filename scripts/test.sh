@@ -1,11 +1,13 @@
 #!/bin/sh
 # Runs every test suite: Rust tests, the same under ThreadSanitizer, bounded fuzzing, then for each
 # runtime the rock installed by LuaRocks, the busted specs against it and a short soak test; with
-# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh); last, the packed
+# LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh) and vmpool inside
+# Neovim (scripts/test-nvim.sh); last, the packed
 # release rock (make dist) installed into a fresh tree as a user would (scripts/install-check.sh).
 # Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0, PORTABLE=0,
-# SOAK_SECONDS=0 and BENCH_SMOKE=0 skip the TSan runs, fuzzing, the portable-sys fallback, the soak
-# test and the quick run of every benchmark script (scripts/bench-smoke.sh).
+# SOAK_SECONDS=0, BENCH_SMOKE=0 and BENCH_ADAPTERS=0 skip the TSan runs, fuzzing, the portable-sys
+# fallback, the soak test, the quick run of every benchmark script (scripts/bench-smoke.sh) and the
+# adapters' short benchmark with its wake-up checks.
 set -eu
 cd "$(dirname "$0")/.."
 runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 luajit"}
@@ -43,12 +45,22 @@ for LUA in $runtimes; do
   if [ "$LUA" = luajit ]; then
     echo "== luajit: nginx integration (spec/ngx)"
     scripts/test-ngx.sh
+    echo "== luajit: vmpool inside Neovim through vim.loop (spec/nvim)"
+    scripts/test-nvim.sh
   fi
 done
 # every benchmark script once in its quick mode, so none can rot (BENCH_SMOKE=0 skips)
 case " $runtimes " in
   *" lua5.4 "*) if [ "${BENCH_SMOKE:-1}" != 0 ]; then scripts/bench-smoke.sh lua5.4; fi ;;
 esac
+# the event-loop adapters' benchmark in its short mode, once (on Lua 5.4 if it was built, else the
+# first runtime): it fails only on the wake-up counts (BENCH_ADAPTERS=0 skips)
+if [ "${BENCH_ADAPTERS:-1}" != 0 ]; then
+  bench_lua=${runtimes%% *}
+  case " $runtimes " in *" lua5.4 "*) bench_lua=lua5.4 ;; esac
+  echo "== $bench_lua: bench/adapters.lua --short (wake-ups per call, main-thread CPU while waiting)"
+  ( LUA=$bench_lua && . scripts/luaenv.sh && "$bench_lua" bench/adapters.lua --short )
+fi
 echo "== packed rock: make dist, luarocks install --server=dist into a fresh tree"
 scripts/dist.sh
 scripts/install-check.sh "${INSTALL_RUNTIMES:-lua5.4}"

@@ -1,6 +1,7 @@
 -- The editor annotations (types/vmpool.lua, installed by the rock) cannot fall behind the module:
 -- every function and method it exports, every option vmpool.new accepts, every field of stats()
--- and every function and setting of vmpool.ngx must appear there.
+-- and every function and setting of vmpool.ngx must appear there; so must every function and
+-- field of the event-loop adapters in theirs (types/vmpool/luv.lua, types/vmpool/cqueues.lua).
 local vmpool = require "vmpool"
 
 local function read(path)
@@ -111,4 +112,29 @@ describe("the editor annotations (types/vmpool.lua)", function()
     end
     assert_all("vmpool.ngx.configure settings", settings, function(k) return fields["vmpool.ngx.Options"][k] end)
   end)
+
+  -- each adapter's file declares what require returns (loaded where the loop is installed)
+  for _, adapter in ipairs { { "luv", "luv", "luv_adapter" }, { "cqueues", "cqueues", "cqueues_adapter" } } do
+    local name, loop, table_name = adapter[1], adapter[2], adapter[3]
+    local path = "types/vmpool/" .. name .. ".lua"
+    local has_loop = pcall(require, loop)
+    local it_or_pending = has_loop and it or pending
+    it_or_pending("declare every function and field of vmpool." .. name .. " (" .. path .. ")", function()
+      local text = read(path)
+      assert.matches("^%-%-%-@meta vmpool%." .. name .. "\n", text)
+      local module = require("vmpool." .. name)
+      local functions, others = {}, {}
+      for _, k in ipairs(public_keys(module)) do
+        if type(module[k]) == "function" then functions[#functions + 1] = k else others[#others + 1] = k end
+      end
+      assert_all("vmpool." .. name .. " functions", functions,
+        function(k) return text:find("\nfunction " .. table_name .. "." .. k .. "(", 1, true) end, path)
+      -- on_error is nil by default, so pairs does not see it
+      if name == "luv" then others[#others + 1] = "on_error" end
+      if #others > 0 then
+        assert_all("vmpool." .. name .. " fields", others,
+          function(k) return text:find("\n---@field " .. k .. "%??%s") end, path)
+      end
+    end)
+  end
 end)

@@ -222,6 +222,23 @@ cases.Spawn = function()
   assert.matches("^vmpool: cannot create a pool state: cannot start [%w%- ]+ thread: ", report)
 end
 
+cases.Load = function()
+  local Sub = require "spec.support.subprocess"
+  -- a fresh interpreter that finds vmpool but no luv, and one whose vmpool cannot load
+  local out, status = Sub.run([[
+    package.cpath = assert(package.cpath:match("[^;]*lua_modules/[^;]*%?%.so"))
+    package.preload.vmpool = function() error("plain failure", 0) end
+    print(select(2, pcall(require, "vmpool.cqueues")))
+    package.preload.vmpool = nil
+    package.loaded.vmpool = nil -- Lua 5.1 leaves its "loop or previous error" sentinel there
+    print(select(2, pcall(require, "vmpool.luv")))
+  ]])
+  assert.are.equal(0, status, out)
+  assert.matches("\nvmpool: vmpool.luv needs the luv module %(Debian: apt%-get install lua%-luv; LuaRocks: "
+    .. "luarocks install luv%), which cannot be loaded: module 'luv' not found", out)
+  assert.matches("^vmpool: cannot load vmpool.cqueues: plain failure\n", out)
+end
+
 describe("error messages", function()
   it("has a case for every variant of src/error.rs", function()
     local f = assert(io.open("src/error.rs"))

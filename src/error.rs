@@ -81,6 +81,9 @@ pub enum Error {
     /// The system refused vmpool memory for a copy of a value (`doing` says which): big values
     /// are copied with fallible allocations, so that this is an error and not an abort.
     NoMemory { doing: String },
+    /// An event-loop adapter (`require "vmpool.luv"`, `"vmpool.cqueues"`) could not load; its Lua
+    /// code words `message` (starting with `vmpool:` when it says what to do).
+    Load { module: String, message: String },
     /// Anything else that should not happen.
     Internal(String),
 }
@@ -190,6 +193,8 @@ impl fmt::Display for Error {
                 f,
                 "vmpool: not enough memory while {doing} (the system refused the allocation; use smaller values or free memory)"
             ),
+            Error::Load { message, .. } if message.starts_with("vmpool:") => f.write_str(message),
+            Error::Load { module, message } => write!(f, "vmpool: cannot load {module}: {message}"),
             Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
         }
     }

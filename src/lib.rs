@@ -8,7 +8,9 @@
 //!
 //! - [`host`]: what Lua sees. `luaopen_vmpool` registers the pool, future and notifier types;
 //!   `pool:invoke` reads its arguments straight off the Lua stack ([`lua`] is the thin layer over
-//!   the C API) and encodes them with [`value`].
+//!   the C API) and encodes them with [`value`]. The schedulers' Lua halves live in `src/lua/`:
+//!   `vmpool.run`, and the adapters `vmpool.ngx` (OpenResty), `vmpool.luv` and `vmpool.cqueues`
+//!   (`luaopen_vmpool_luv` / `luaopen_vmpool_cqueues` are their entry points in the library).
 //! - [`call`]: one call's record and the phases it moves through (queued, assigned, running,
 //!   done), with exactly one outcome. A `pool:map` batch is one call too ([`batch`] is its
 //!   format; `host/map_run.rs` keeps batches in flight, `child/batch.rs` runs one).
@@ -22,8 +24,9 @@
 //! - [`child`]: the child Lua state itself, created with vmpool's counting allocator
 //!   ([`state_heap`]): chunk loading (from [`chunk::Chunks`], which owns its epoch), the call
 //!   trampoline, tracebacks, and the hook behind `time_limit` and cancellation.
-//! - [`notify`]: completion queues and file descriptors that let schedulers (`vmpool.run`,
-//!   OpenResty, cqueues, luv) sleep until a call finishes.
+//! - [`notify`]: completion queues and their doorbells (a condition variable, a socket, an
+//!   eventfd) that let schedulers (`vmpool.run`, OpenResty, luv, cqueues) sleep until a call
+//!   finishes.
 //! - [`shared`]: `vmpool.shared`, the process-wide dictionaries with `ngx.shared.DICT`'s API that
 //!   the host and every pool state reach (Lua side: `host/dict_api.rs`).
 //! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
@@ -126,4 +129,30 @@ pub unsafe extern "C-unwind" fn luaopen_vmpool(l: *mut lua::lua_State) -> isize 
     // the whole return register (see `lua::WideCFunction`).
     let state = unsafe { lua::State::from_raw(l) };
     lua::run_protected(state, host::open) as isize
+}
+
+/// What `require "vmpool.luv"` finds in the library (Lua's all-in-one loader: the library
+/// `vmpool` and the function `luaopen_vmpool_luv`) when `vmpool` is not loaded yet; once it is,
+/// `package.preload` serves the name.
+///
+/// # Safety
+/// Called by Lua's `require` with a live state.
+#[cfg(feature = "module")]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn luaopen_vmpool_luv(l: *mut lua::lua_State) -> isize {
+    // SAFETY: as for `luaopen_vmpool`.
+    let state = unsafe { lua::State::from_raw(l) };
+    lua::run_protected(state, |st| host::open_adapter(st, "vmpool.luv")) as isize
+}
+
+/// `require "vmpool.cqueues"`, as [`luaopen_vmpool_luv`] is `vmpool.luv`.
+///
+/// # Safety
+/// Called by Lua's `require` with a live state.
+#[cfg(feature = "module")]
+#[no_mangle]
+pub unsafe extern "C-unwind" fn luaopen_vmpool_cqueues(l: *mut lua::lua_State) -> isize {
+    // SAFETY: as for `luaopen_vmpool`.
+    let state = unsafe { lua::State::from_raw(l) };
+    lua::run_protected(state, |st| host::open_adapter(st, "vmpool.cqueues")) as isize
 }

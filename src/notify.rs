@@ -1,11 +1,13 @@
 //! Telling a scheduler that calls finished, without polling.
 //!
 //! - [`Notifier`]: a completion queue of tokens for one scheduler loop (`vmpool.run`, the OpenResty
-//!   light thread). Finished calls push their token; the loop sleeps on a condition variable (or on
-//!   a doorbell that rings when the queue goes from empty to non-empty) and drains the queue.
-//! - [`PollSignal`]: one file descriptor per pool for foreign event loops (cqueues, luv). It is
-//!   readable while at least one subscribed future has finished and its owner has not yet looked at
-//!   it (see `fut:pollfd()` in the README): each waiter re-checks its own future when woken.
+//!   light thread, the luv and cqueues adapters). Finished calls push their token; the loop sleeps
+//!   on a condition variable (or on a doorbell that rings when the queue goes from empty to
+//!   non-empty: a socket for OpenResty, an eventfd that luv and cqueues poll) and drains the queue.
+//! - [`PollSignal`]: one file descriptor per pool for a hand-written awaiter (`fut:pollfd()`). It
+//!   is readable while at least one subscribed future has finished and its owner has not yet
+//!   looked at it (see the README): each waiter re-checks its own future when woken, so every
+//!   completion wakes every waiter; the adapters use a notifier instead.
 //! - [`BellListener`]: how a loop that can only wait on sockets it connected itself (OpenResty's
 //!   cosockets) gets a [`Doorbell::Socket`].
 
@@ -51,6 +53,25 @@ impl Doorbell {
             Doorbell::Socket(fd) => send_byte(fd.as_raw_fd()),
         }
     }
+
+    /// Called when the queue is drained (also after `Notifier::wake`, which rings without a token):
+    /// an eventfd is polled level-triggered by the loop itself (luv, cqueues), so it is read back
+    /// to zero here; otherwise it would stay readable and the
+    /// loop would spin. A socket's bytes are read by the loop that owns its other end.
+    fn quiet(&self) {
+        if let Doorbell::EventFd(fd) = self {
+            reset_eventfd(fd.as_raw_fd());
+        }
+    }
+}
+
+fn reset_eventfd(fd: RawFd) {
+    let mut buf = [0u8; 8];
+    // SAFETY: reading a non-blocking eventfd open for the caller's lifetime into an 8-byte buffer
+    // we own; EAGAIN (already zero) is fine.
+    unsafe {
+        libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, 8);
+    }
 }
 
 fn write_all(fd: RawFd, bytes: &[u8]) {
@@ -81,6 +102,17 @@ fn send_byte(fd: RawFd) {
             // EAGAIN: the socket buffer is full of unread rings; EPIPE: nobody listens any more.
             return;
         }
+    }
+}
+
+impl Queue {
+    /// The queue was drained: the next token rings again. Under the queue's lock, so a ring for a
+    /// token pushed after the drain is never read back.
+    fn quiet(&mut self) {
+        if let Some(bell) = &self.doorbell {
+            bell.quiet();
+        }
+        self.rung = false;
     }
 }
 
@@ -157,7 +189,7 @@ impl Notifier {
     pub fn drain(&self, out: &mut Vec<u64>) {
         let mut q = self.queue.lock();
         out.append(&mut q.tokens);
-        q.rung = false;
+        q.quiet();
     }
 
     /// Blocks until at least one token is queued, `deadline` passes or `interrupted()` turns
@@ -193,7 +225,7 @@ impl Notifier {
             }
         }
         out.append(&mut q.tokens);
-        q.rung = false;
+        q.quiet();
     }
 
     pub fn pending(&self) -> usize {
@@ -234,15 +266,7 @@ impl PollSignal {
         let mut n = self.unclaimed.lock();
         *n -= 1;
         if *n == 0 {
-            let mut buf = [0u8; 8];
-            // SAFETY: reading an eventfd we own into an 8-byte buffer; EAGAIN (already zero) is fine.
-            unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr() as *mut libc::c_void,
-                    8,
-                );
-            }
+            reset_eventfd(self.fd.as_raw_fd());
         }
     }
 }
@@ -313,6 +337,40 @@ mod tests {
         r2.set_nonblocking(true).unwrap();
         n.set_doorbell(Some(Doorbell::Socket(listener.accept().unwrap())));
         assert_eq!(rings(&mut r2), 1);
+    }
+
+    fn readable(fd: RawFd) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call; no timeout.
+        unsafe { libc::poll(&mut p, 1, 0) == 1 }
+    }
+
+    #[test]
+    fn eventfd_doorbell_is_readable_exactly_while_tokens_wait_to_be_drained() {
+        let bell = eventfd().unwrap();
+        let fd = bell.as_raw_fd();
+        let n = Notifier::new();
+        n.set_doorbell(Some(Doorbell::EventFd(bell)));
+        assert!(!readable(fd));
+        n.push(1);
+        n.push(2);
+        assert!(readable(fd));
+        let mut out = Vec::new();
+        n.drain(&mut out);
+        assert_eq!(out, [1, 2]);
+        assert!(
+            !readable(fd),
+            "a drained queue leaves the eventfd quiet (a loop would spin)"
+        );
+        n.push(3);
+        assert!(readable(fd));
+        n.wait(None, &mut out, &mut || false);
+        assert_eq!(out, [1, 2, 3]);
+        assert!(!readable(fd));
     }
 
     #[test]

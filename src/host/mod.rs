@@ -1,7 +1,10 @@
 //! The module as the host Lua sees it: `luaopen_vmpool` builds the metatables of the pool, future
 //! and notifier types, the native functions, and then runs the Lua half of the module
 //! (`src/lua/vmpool.lua`: `co_invoke`, `vmpool.run`, `vmpool.spawn`) over them; inside OpenResty
-//! that also loads the adapter in `src/lua/ngx.lua` (`vmpool.ngx`).
+//! that also loads the adapter in `src/lua/ngx.lua` (`vmpool.ngx`). The event-loop adapters
+//! (`src/lua/luv.lua`, `src/lua/cqueues.lua`) are compiled in too: `vmpool.lua` makes them the
+//! `package.preload` entries of `vmpool.luv` and `vmpool.cqueues`, and [`open_adapter`] is what
+//! `require` finds in the library when it looks for those names before `vmpool` is loaded.
 
 pub mod call_cache;
 pub mod call_io;
@@ -30,6 +33,18 @@ use crate::Error;
 const GLUE: &str = include_str!("../lua/vmpool.lua");
 /// The OpenResty adapter: compiled by `vmpool.lua` only inside ngx_lua (`native._ngx_source`).
 const NGX_GLUE: &str = include_str!("../lua/ngx.lua");
+/// The event-loop adapters (`native._luv_source`, `native._cqueues_source`).
+const LUV_GLUE: &str = include_str!("../lua/luv.lua");
+const CQUEUES_GLUE: &str = include_str!("../lua/cqueues.lua");
+/// `require "vmpool.luv"` through the library's `luaopen_vmpool_luv`: loading `vmpool` registers
+/// the adapters in `package.preload`.
+const ADAPTER_LOADER: &str = r#"local name = ...
+require("vmpool")
+local load_adapter = package.preload[name]
+if type(load_adapter) ~= "function" then
+  error("vmpool: package.preload['" .. name .. "'] was removed after vmpool loaded; restore it or load vmpool in a fresh state", 0)
+end
+return load_adapter(name)"#;
 
 type Methods = &'static [(&'static str, ffi::lua_CFunction)];
 
@@ -71,6 +86,7 @@ const NOTIFIER_METHODS: Methods = &[
     ("_bell_accept", notifier_api::bell_accept),
     ("_bell_close", notifier_api::bell_close),
     ("_wake", notifier_api::wake),
+    ("_pollfd", notifier_api::pollfd),
     ("_token", notifier_api::next_token),
     ("_submit", notifier_api::submit),
     ("_defer", notifier_api::defer),
@@ -156,6 +172,34 @@ pub fn open(st: State) -> Result<c_int, Error> {
     }
 }
 
+/// `require "vmpool.luv"` (or `"vmpool.cqueues"`) when `require` reaches the library's
+/// `luaopen_vmpool_luv`: requires `vmpool` and runs the adapter's preload entry, all in a
+/// protected call, so that an error (luv not installed, say) never unwinds through Rust frames.
+pub fn open_adapter(st: State, module: &str) -> Result<c_int, Error> {
+    if !st.check_stack(8) {
+        return Err(Error::Internal(
+            "no Lua stack space to open an adapter".into(),
+        ));
+    }
+    st.set_top(0);
+    if st.load_text(ADAPTER_LOADER.as_bytes(), "=vmpool/adapter") != 0 {
+        return Err(Error::Internal(format!(
+            "the adapter loader does not compile: {}",
+            String::from_utf8_lossy(st.to_bytes(-1).unwrap_or_default())
+        )));
+    }
+    st.push_str(module);
+    if st.pcall(1, 1, 0) != 0 {
+        let message = protect::describe_error(st, -1);
+        st.pop(1);
+        return Err(Error::Load {
+            module: module.into(),
+            message,
+        });
+    }
+    Ok(1)
+}
+
 /// Builds the module table (inside `open`'s protected call) and leaves it on top.
 fn build(st: State) -> Result<c_int, Error> {
     if !st.check_stack(16) {
@@ -211,6 +255,10 @@ fn build(st: State) -> Result<c_int, Error> {
     st.raw_set_str(native, "_sys");
     st.push_integer(i64::from(crate::config::NGX_NICE));
     st.raw_set_str(native, "_ngx_nice");
+    st.push_str(LUV_GLUE);
+    st.raw_set_str(native, "_luv_source");
+    st.push_str(CQUEUES_GLUE);
+    st.raw_set_str(native, "_cqueues_source");
 
     if st.load_text(GLUE.as_bytes(), "vmpool.lua") != 0 {
         return Err(Error::Internal(format!(

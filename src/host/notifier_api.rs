@@ -15,12 +15,17 @@
 //! driver, tokens are never reused: a request that stopped waiting leaves a completion behind
 //! that must not wake a newer request.
 //!
+//! Loops that poll file descriptors themselves (the luv and cqueues adapters, `src/lua/luv.lua`
+//! and `src/lua/cqueues.lua`) get an eventfd doorbell from `fd = notifier:_pollfd()`: readable
+//! while tokens are queued, quiet again once `drain` took them.
+//!
 //! `token, first = notifier:_defer(pool, chunk, fn, ...)` prepares the call but only queues it in
 //! an outbox that `notifier:_flush()` submits: the adapter flushes once per turn of nginx's event
 //! loop, so the requests of one turn wake a sleeping pool worker once, not once each.
 
 use std::collections::HashMap;
 use std::ffi::c_int;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +48,8 @@ pub struct NotifierHandle {
     tokens: Vec<u64>,
     /// Between `_bell_listen` and `_bell_accept`.
     listener: Option<BellListener>,
+    /// The eventfd doorbell `_pollfd` installed (owned by the notifier's queue).
+    pollfd: Option<RawFd>,
     /// Calls submitted by `_submit` and not yet taken or dropped.
     calls: IntMap<InFlight>,
     /// Finished call records, for reuse.
@@ -88,6 +95,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             notifier: Notifier::new(),
             tokens: Vec::new(),
             listener: None,
+            pollfd: None,
             calls: HashMap::default(),
             cache: CallCache::default(),
             outbox: Vec::new(),
@@ -188,6 +196,7 @@ fn bell_accept_impl(st: State) -> Result<c_int, Error> {
         ))
     })?;
     drop(listener);
+    h.pollfd = None;
     h.notifier.set_doorbell(Some(Doorbell::Socket(fd)));
     st.push_bool(true);
     Ok(1)
@@ -197,8 +206,33 @@ crate::lua_function!(pub fn bell_close => bell_close_impl);
 fn bell_close_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     h.listener = None;
+    h.pollfd = None;
     h.notifier.set_doorbell(None);
     Ok(0)
+}
+
+crate::lua_function!(pub fn pollfd => pollfd_impl);
+/// `notifier:_pollfd()` -> fd: an eventfd that is readable while finished calls' tokens wait to be
+/// drained (installed as the doorbell on the first call; the same descriptor afterwards).
+fn pollfd_impl(st: State) -> Result<c_int, Error> {
+    let h = handle(st)?;
+    let fd = match h.pollfd {
+        Some(fd) => fd,
+        None => {
+            let bell = crate::notify::eventfd().map_err(|e| {
+                Error::BadArgument(format!(
+                    "cannot create the event loop's wake-up descriptor (eventfd): {e} (the process may have too many open files: raise ulimit -n)"
+                ))
+            })?;
+            let fd = bell.as_raw_fd();
+            h.listener = None;
+            h.notifier.set_doorbell(Some(Doorbell::EventFd(bell)));
+            h.pollfd = Some(fd);
+            fd
+        }
+    };
+    st.push_integer(fd as i64);
+    Ok(1)
 }
 
 crate::lua_function!(pub fn wake => wake_impl);

@@ -7,7 +7,8 @@ local native = ...
 local coroutine_running, coroutine_yield = coroutine.running, coroutine.yield
 local coroutine_create, coroutine_resume, coroutine_status = coroutine.create, coroutine.resume, coroutine.status
 local unpack = table.unpack or unpack -- luacheck: ignore 143
-local select, setmetatable, error, tostring, type, pcall = select, setmetatable, error, tostring, type, pcall
+local select, setmetatable, error, tostring = select, setmetatable, error, tostring
+local type, pcall, pairs = type, pcall, pairs
 -- whether the running coroutine can yield here (Lua 5.1 and 5.2 ask the native side)
 local isyieldable = coroutine.isyieldable or native._yieldable
 
@@ -52,6 +53,13 @@ Driver.__index = Driver
 -- Inside OpenResty, co_invoke and co_map outside vmpool.run are src/lua/ngx.lua's, which decide
 -- by the request phase (set below, where the adapter is loaded).
 local host_co_invoke, host_co_map
+
+-- The event-loop adapters loaded (vmpool.luv, vmpool.cqueues), each { drives = function(co) ->
+-- whether that loop resumes co, co_invoke = function(pool, chunk, fn, ...) }, tried in order.
+local loops = {}
+local function add_loop(adapter)
+  loops[#loops + 1] = adapter
+end
 
 local function in_coroutine()
   local co, main = coroutine_running()
@@ -123,6 +131,14 @@ function Pool:co_invoke(chunk, fn, ...)
     d.waiting[token] = co
     coroutine_yield(WAIT)
     return native_result(d.native, token)
+  end
+  if co and loops[1] and isyieldable() then
+    for i = 1, #loops do
+      local loop = loops[i]
+      if loop.drives(co) then
+        return loop.co_invoke(self, chunk, fn, ...)
+      end
+    end
   end
   if host_co_invoke then
     return host_co_invoke(self, chunk, fn, ...)
@@ -237,6 +253,19 @@ end
 if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
   local load_text = loadstring or load -- luacheck: ignore 113
   M.ngx, host_co_invoke, host_co_map = assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
+end
+
+-- The event-loop adapters, compiled into the library: `require "vmpool.luv"` and `require
+-- "vmpool.cqueues"` find them here (or, before vmpool is loaded, through the library's
+-- luaopen_vmpool_luv / luaopen_vmpool_cqueues, which load vmpool and then come here).
+if type(package) == "table" and type(package.preload) == "table" then
+  local load_text = loadstring or load -- luacheck: ignore 113
+  for name, source in pairs { luv = native._luv_source, cqueues = native._cqueues_source } do
+    local module = "vmpool." .. name
+    package.preload[module] = function()
+      return assert(load_text(source, "=vmpool/" .. name .. ".lua"))(M, native, add_loop)
+    end
+  end
 end
 
 return M

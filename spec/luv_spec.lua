@@ -1,0 +1,302 @@
+--- vmpool.luv: pool:co_invoke and vmpool.luv.await in coroutines of vmpool.luv.spawn yield, and
+-- the luv loop resumes each when its own call finished. States are held busy with gates
+-- (spec/support/gate.lua), never with sleeps; every wait is bounded.
+local has_luv, uv = pcall(require, "luv")
+if not has_luv then
+  describe("vmpool.luv", function()
+    pending("needs luv (Debian: lua-luv): " .. tostring(uv))
+  end)
+  return
+end
+
+local vmpool = require "vmpool"
+local vluv = require "vmpool.luv"
+local Gate = require "spec.support.gate"
+
+local CHUNK = [[
+gate, hold = gate, hold -- init's helpers, made functions of this chunk
+function echo(...) return ... end
+function fail(m) error(m) end
+]]
+
+-- pcall can yield on Lua 5.2+ and LuaJIT, not on PUC Lua 5.1
+local PCALL_YIELDS = vmpool.runtime ~= "Lua 5.1"
+
+-- Runs the loop until it has nothing left to do; fails if it takes more than `seconds` (a bound,
+-- not a verdict on speed).
+local function run_loop(seconds)
+  -- libuv caches the loop's clock between runs: after other spec files ran for seconds, a timer
+  -- started now would be due at once
+  uv.update_time()
+  local guard = uv.new_timer()
+  local expired = false
+  guard:start((seconds or 10) * 1000, 0, function() expired = true uv.stop() end)
+  guard:unref() -- the guard alone does not keep the loop alive
+  uv.run()
+  if not guard:is_closing() then guard:close() end
+  uv.run("nowait") -- lets the guard's close finish
+  assert(not expired, "the luv loop did not finish in time")
+end
+
+local function delta(before)
+  local now = vluv.stats()
+  local d = {}
+  for k, v in pairs(now) do d[k] = v - (before[k] or 0) end
+  return d, now
+end
+
+describe("vmpool.luv", function()
+  local pool, gate
+  before_each(function()
+    pool = vmpool.new { core = 2, init = Gate.CHILD }
+    pool:compile("c", CHUNK)
+    gate = Gate.new()
+    vluv.on_error = nil
+  end)
+  after_each(function()
+    gate:close()
+    pool:close()
+    vluv.on_error = nil
+  end)
+
+  it("loads as require 'vmpool.luv' and drives the loop luv itself runs", function()
+    assert.are.equal(uv, vluv.loop)
+    assert.are.equal(vluv, require "vmpool.luv")
+  end)
+
+  it("loads before vmpool itself, from the library (a fresh interpreter)", function()
+    local Sub = require "spec.support.subprocess"
+    local out, status = Sub.run([[
+      local vluv = require "vmpool.luv"      -- the library's luaopen_vmpool_luv
+      local vcq = require "vmpool.cqueues"   -- package.preload, now that vmpool is loaded
+      local pool = require("vmpool").new { core = 1 }
+      pool:compile("c", "function id(x) return x end")
+      local got
+      vluv.spawn(function() got = pool:co_invoke("c", "id", "luv") end)
+      vluv.loop.run()
+      pool:close()
+      print(got, type(vcq.await))
+    ]])
+    assert.are.equal(0, status, out)
+    assert.matches("^luv\tfunction", out)
+  end)
+
+  it("resumes each of 1,000 concurrent calls' coroutines once, with its own results", function()
+    local big = vmpool.new { core = 4 }
+    big:compile("c", CHUNK)
+    local before = vluv.stats()
+    local results, done = {}, 0
+    for i = 1, 1000 do
+      vluv.spawn(function()
+        local a, b = big:co_invoke("c", "echo", i, "x" .. i)
+        results[i] = a .. b
+        done = done + 1
+      end)
+    end
+    assert.are.equal(1000, vluv.stats().waiting + done)
+    run_loop()
+    assert.are.equal(1000, done)
+    for i = 1, 1000 do assert.are.equal(i .. "x" .. i, results[i]) end
+    local d = delta(before)
+    assert.are.equal(1000, d.resumes, "each coroutine is resumed exactly once")
+    assert.are.equal(0, d.early)
+    assert.are.equal(1000, d.completions)
+    assert.is_true(d.wakeups <= 1000, "a wake-up takes every finished call at once")
+    big:close()
+  end)
+
+  it("keeps the loop running other callbacks while calls wait, and wakes it only when one finished", function()
+    local results = {}
+    for i = 1, 2 do
+      vluv.spawn(function() results[i] = pool:co_invoke("c", "gate", gate.port, i * 10) end)
+    end
+    gate:arrivals(2) -- both calls are inside their states
+    local before = vluv.stats()
+    local ticks, wakeups_while_waiting = 0, nil
+    local timer = uv.new_timer()
+    timer:start(1, 1, function()
+      ticks = ticks + 1
+      if ticks == 20 then
+        timer:close()
+        wakeups_while_waiting = vluv.stats().wakeups - before.wakeups
+        gate:release()
+      end
+    end)
+    run_loop()
+    assert.are.same({ 10, 20 }, results)
+    assert.are.equal(20, ticks)
+    assert.are.equal(0, wakeups_while_waiting, "twenty turns of the loop, no wake-up of the adapter")
+    local d = delta(before)
+    assert.are.equal(0, d.empty, "no wake-up found nothing to do")
+    assert.are.equal(2, d.resumes)
+  end)
+
+  it("releases its watcher once nothing is in flight, so uv.run() returns", function()
+    local got
+    vluv.spawn(function() got = pool:co_invoke("c", "echo", "one") end)
+    assert.are.equal(1, vluv.stats().watchers)
+    uv.run() -- no guard: it must return by itself
+    assert.are.equal("one", got)
+    local s = vluv.stats()
+    assert.are.equal(0, s.watchers)
+    assert.are.equal(0, s.in_flight)
+    assert.is_false(uv.loop_alive())
+  end)
+
+  it("raises a child's error in the waiting coroutine, with the child's traceback", function()
+    local caught
+    vluv.on_error = function(msg) caught = msg end
+    vluv.spawn(function() pool:co_invoke("c", "fail", "oops") end)
+    run_loop()
+    assert.matches("^vmpool: a coroutine of vmpool.luv.spawn failed: vmpool: error in c:fail: c:3: oops", caught)
+    assert.matches("stack traceback", caught)
+    if PCALL_YIELDS then
+      local ok, err
+      vluv.spawn(function() ok, err = pcall(pool.co_invoke, pool, "c", "fail", "again") end)
+      run_loop()
+      assert.is_false(ok)
+      assert.matches("^vmpool: error in c:fail: c:3: again\nstack traceback", err)
+    end
+  end)
+
+  it("fails at once when every state is busy and blocking = false", function()
+    local strict = vmpool.new { core = 1, blocking = false, init = Gate.CHILD }
+    strict:compile("c", CHUNK)
+    local first
+    vluv.spawn(function() first = strict:co_invoke("c", "gate", gate.port, "first") end)
+    gate:arrivals(1)
+    -- raised by spawn: the coroutine failed before it ever yielded
+    local ok, err = pcall(vluv.spawn, function() strict:co_invoke("c", "echo", "second") end)
+    assert.is_false(ok)
+    assert.matches("^vmpool: a coroutine of vmpool.luv.spawn failed: vmpool: pool exhausted", err)
+    gate:release()
+    run_loop()
+    assert.are.equal("first", first)
+    assert.are.equal(0, strict:stats().busy)
+    -- refused with nothing of the adapter in flight: no watcher is left to keep the loop alive
+    local held = strict:submit("c", "gate", gate.port, "held")
+    gate:arrivals(1)
+    assert.is_false(pcall(vluv.spawn, function() strict:co_invoke("c", "echo", "refused") end))
+    assert.are.equal(0, vluv.stats().watchers)
+    gate:release()
+    assert.are.equal("held", held:wait())
+    strict:close()
+  end)
+
+  it("fails a queued call after acquire_timeout, in its coroutine", function()
+    local small = vmpool.new { core = 1, acquire_timeout = 0.05, init = Gate.CHILD }
+    small:compile("c", CHUNK)
+    local caught
+    vluv.on_error = function(msg) caught = msg end
+    vluv.spawn(function() small:co_invoke("c", "gate", gate.port) end)
+    gate:arrivals(1)
+    vluv.spawn(function() small:co_invoke("c", "echo", "queued") end)
+    local timer = uv.new_timer()
+    -- the gate opens once the queued call has failed (a condition, checked on each tick)
+    timer:start(1, 1, function()
+      if caught then timer:close() gate:release() end
+    end)
+    run_loop()
+    assert.matches("vmpool: timed out after 0.05s waiting for a free state", caught)
+    assert.are.equal(1, small:stats().timeouts)
+    small:close()
+  end)
+
+  it("awaits a plain future from pool:submit", function()
+    local fut = pool:submit("c", "gate", gate.port, "later")
+    local got
+    vluv.spawn(function() got = vluv.await(fut) end)
+    assert.is_nil(got)
+    gate:arrivals(1)
+    gate:release()
+    run_loop()
+    assert.are.equal("later", got)
+    assert.are.equal("later", fut:wait()) -- the future keeps its results
+    assert.are.equal("done", vluv.await(pool:submit("c", "echo", "done")), "outside a coroutine it blocks")
+    assert.has_error(function() vluv.await("nope") end,
+      "vmpool: bad argument #1 to 'vmpool.luv.await': expected a future (from pool:submit), got string")
+  end)
+
+  it("refuses a second coroutine awaiting the same future", function()
+    local fut = pool:submit("c", "gate", gate.port, 1)
+    local first
+    vluv.spawn(function() first = vluv.await(fut) end)
+    local ok, err = pcall(vluv.spawn, function() vluv.await(fut) end)
+    assert.is_false(ok)
+    assert.matches("this future is already awaited by another coroutine", err)
+    gate:arrivals(1)
+    gate:release()
+    run_loop()
+    assert.are.equal(1, first)
+  end)
+
+  it("blocks like invoke in a coroutine it did not start", function()
+    local co = coroutine.wrap(function() return pool:co_invoke("c", "echo", "plain") end)
+    assert.are.equal("plain", co())
+    assert.are.equal(0, vluv.stats().in_flight)
+  end)
+
+  it("raises in a waiting coroutine that other code resumed, and drops its call", function()
+    local before = vluv.stats()
+    local co = vluv.spawn(function() return pool:co_invoke("c", "gate", gate.port) end)
+    gate:arrivals(1)
+    local ok, err = coroutine.resume(co)
+    assert.is_false(ok)
+    assert.matches("something other than vmpool.luv resumed that coroutine", err)
+    gate:release()
+    run_loop()
+    local d, now = delta(before)
+    assert.are.equal(1, d.early)
+    assert.are.equal(1, d.dropped)
+    assert.are.equal(0, now.in_flight)
+    assert.are.equal(0, now.watchers)
+  end)
+
+  it("does not leak the calls of coroutines abandoned in a stopped loop, nor wedge the pool", function()
+    local late = {}
+    for i = 1, 2 do
+      vluv.spawn(function() late[i] = pool:co_invoke("c", "gate", gate.port, i) end)
+    end
+    gate:arrivals(2)
+    local timer = uv.new_timer()
+    timer:start(1, 0, function() timer:close() uv.stop() end)
+    uv.run() -- stopped with both calls in flight
+    assert.are.equal(2, vluv.stats().in_flight)
+    gate:release()
+    assert.is_true(Gate.eventually(function() return pool:stats().busy == 0 end), "the pool went idle")
+    collectgarbage()
+    collectgarbage()
+    -- the next turn of the loop delivers what finished meanwhile and serves new calls
+    local fresh
+    vluv.spawn(function() fresh = pool:co_invoke("c", "echo", "fresh") end)
+    run_loop()
+    assert.are.equal("fresh", fresh)
+    assert.are.same({ 1, 2 }, late)
+    local s = vluv.stats()
+    assert.are.equal(0, s.in_flight)
+    assert.are.equal(0, s.watchers)
+    local p = pool:stats()
+    assert.are.equal(p.invokes, p.succeeded)
+  end)
+
+  it("gives queued calls the pool's close error and lets the loop end", function()
+    local small = vmpool.new { core = 1, init = Gate.CHILD }
+    small:compile("c", CHUNK)
+    local running, queued
+    vluv.on_error = function(msg) queued = msg end
+    vluv.spawn(function() running = small:co_invoke("c", "hold", gate.port, 0.05, "ran") end)
+    vluv.spawn(function() small:co_invoke("c", "echo", "never") end)
+    gate:arrivals(1)
+    local timer = uv.new_timer()
+    timer:start(1, 0, function() timer:close() small:close() end) -- returns once "hold" let go
+    run_loop()
+    assert.are.equal("ran", running)
+    assert.matches("vmpool: pool is closed", queued)
+    assert.are.equal(0, vluv.stats().watchers)
+  end)
+
+  it("refuses spawn without a function", function()
+    assert.has_error(function() vluv.spawn(42) end,
+      "vmpool: bad argument #1 to 'vmpool.luv.spawn': expected a function, got number")
+  end)
+end)

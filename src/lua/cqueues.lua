@@ -1,0 +1,213 @@
+-- vmpool.cqueues: the cqueues adapter, compiled into the library and loaded by `require
+-- "vmpool.cqueues"` (through package.preload, see vmpool.lua). In any coroutine a cqueues
+-- controller runs, pool:co_invoke (and vmpool.cqueues.await) yields, and the controller resumes it
+-- when its own call finished:
+--
+--   waiting coroutine                          dispatcher (one coroutine per pool per controller,
+--   token = notifier:_submit(pool, chunk,        alive while that pool has calls in flight there)
+--     fn, ...): the call, under a token        cqueues.poll(the notifier's eventfd), which the
+--   waiting[token] = cond; cond:wait()         native side writes to when the completion queue
+--                                              goes from empty to non-empty
+--                                              tokens = notifier:drain() (the eventfd reads back to
+--                                              zero); waiting[token]:signal() for each
+--   notifier:_take(token) -- the results
+--
+-- Each waiter sleeps on a condition of its own, so a completion wakes the dispatcher and the one
+-- coroutine whose call finished (a future's pollfd, which every waiter polls, wakes them all).
+
+local _, native, add_loop = ...
+
+local ok_cqueues, cqueues = pcall(require, "cqueues")
+if not ok_cqueues then
+  error("vmpool: vmpool.cqueues needs the cqueues module (Debian: apt-get install lua-cqueues; LuaRocks: "
+    .. "luarocks install cqueues), which cannot be loaded: " .. tostring(cqueues), 0)
+end
+local condition = require "cqueues.condition"
+
+local cqueues_running, cqueues_poll = cqueues.running, cqueues.poll
+local new_condition = condition.new
+local coroutine_running = coroutine.running
+local error, type, setmetatable, getmetatable, pairs = error, type, setmetatable, getmetatable, pairs
+local isyieldable = coroutine.isyieldable or native._yieldable
+local Future = native.future_methods
+local future_wait = Future.wait
+
+local A = {}
+
+-- controller -> (pool -> its notifier, dispatcher and waiters); futures awaited (whatever their
+-- pool) share the entry FUTURES of their controller
+local loops = setmetatable({}, { __mode = "k" })
+local FUTURES = {}
+local awaited = setmetatable({}, { __mode = "k" }) -- future -> true while a coroutine awaits it
+local free, nfree = {}, 0 -- conditions ready for reuse (nobody waits on them)
+local MAX_FREE_CONDITIONS = 4096
+
+-- counters of vmpool.cqueues.stats()
+local counters = {
+  waits = 0, -- coroutines that waited for a call
+  resumes = 0, -- times a waiting coroutine woke up (its call finished, or not: see early)
+  early = 0, -- of those, wake-ups that found the call still running
+  wakeups = 0, -- dispatcher wake-ups (each drains every finished call of its pool)
+  empty = 0, -- of those, wake-ups that found no finished call
+  completions = 0, -- tokens the dispatchers took
+  dropped = 0, -- tokens whose coroutine had stopped waiting
+  dispatchers = 0, -- dispatcher coroutines started
+}
+
+-- what cqueues.poll waits on: the notifier's eventfd, readable while tokens are queued
+local Pollable = {}
+Pollable.__index = Pollable
+function Pollable:pollfd() return self.fd end
+function Pollable:events() return "r" end -- luacheck: ignore 212
+function Pollable:timeout() return nil end -- luacheck: ignore 212
+
+local function dispatch(s)
+  local notifier, waiting, pollable = s.notifier, s.waiting, s.pollable
+  while s.in_flight > 0 do
+    cqueues_poll(pollable)
+    counters.wakeups = counters.wakeups + 1
+    local tokens = notifier:drain()
+    local n = #tokens
+    if n == 0 then counters.empty = counters.empty + 1 end
+    s.in_flight = s.in_flight - n
+    counters.completions = counters.completions + n
+    for i = 1, n do
+      local t = tokens[i]
+      local cond = waiting[t]
+      if cond then
+        waiting[t] = nil
+        cond:signal()
+      else
+        notifier:_drop(t)
+        counters.dropped = counters.dropped + 1
+      end
+    end
+  end
+  s.dispatching = false
+end
+
+local function state_of(cq, key)
+  local pools = loops[cq]
+  if pools == nil then
+    pools = setmetatable({}, { __mode = "k" })
+    loops[cq] = pools
+  end
+  local s = pools[key]
+  if s == nil then
+    local notifier = native._notifier()
+    s = { notifier = notifier, waiting = {}, in_flight = 0, dispatching = false }
+    s.pollable = setmetatable({ fd = notifier:_pollfd() }, Pollable)
+    pools[key] = s
+  end
+  return s
+end
+
+-- Sleeps until the dispatcher hands back token (a call filed in s, or a future subscribed under
+-- it).
+local function sleep_on(cq, s, token)
+  s.in_flight = s.in_flight + 1
+  if not s.dispatching then
+    s.dispatching = true
+    counters.dispatchers = counters.dispatchers + 1
+    cq:wrap(dispatch, s)
+  end
+  local cond
+  if nfree > 0 then
+    cond = free[nfree]
+    free[nfree] = nil
+    nfree = nfree - 1
+  else
+    cond = new_condition()
+  end
+  local waiting = s.waiting
+  waiting[token] = cond
+  counters.waits = counters.waits + 1
+  repeat
+    cond:wait()
+    counters.resumes = counters.resumes + 1
+    local still = waiting[token] == cond
+    if still then counters.early = counters.early + 1 end
+  until not still
+  if nfree < MAX_FREE_CONDITIONS then
+    nfree = nfree + 1
+    free[nfree] = cond
+  end
+end
+
+local function co_invoke(pool, chunk, fn, ...)
+  local cq = cqueues_running()
+  local s = state_of(cq, pool)
+  local notifier = s.notifier
+  local token = notifier:_submit(pool, chunk, fn, ...)
+  sleep_on(cq, s, token)
+  return notifier:_take(token)
+end
+
+add_loop {
+  drives = function()
+    local _, managed = cqueues_running()
+    return managed
+  end,
+  co_invoke = co_invoke,
+}
+
+local function is_future(v)
+  local mt = type(v) == "userdata" and getmetatable(v)
+  return mt and mt.__index == Future
+end
+
+--- vmpool.cqueues.await(fut): in a coroutine a cqueues controller runs, yields until the future's
+--- call finished, then returns its results (or raises its error). Elsewhere it blocks like
+--- fut:wait().
+function A.await(fut)
+  if not is_future(fut) then
+    error("vmpool: bad argument #1 to 'vmpool.cqueues.await': expected a future (from pool:submit), got "
+      .. type(fut), 2)
+  end
+  local cq, managed = cqueues_running()
+  if not (managed and coroutine_running() and isyieldable()) then
+    return future_wait(fut)
+  end
+  if awaited[fut] then
+    error("vmpool: this future is already awaited by another coroutine; await it in one coroutine "
+      .. "and hand its results to the others", 2)
+  end
+  local s = state_of(cq, FUTURES)
+  local token = s.notifier:_token()
+  if not fut:_subscribe(s.notifier, token) then
+    return future_wait(fut) -- finished already
+  end
+  awaited[fut] = true
+  sleep_on(cq, s, token)
+  awaited[fut] = nil
+  return future_wait(fut)
+end
+
+--- vmpool.cqueues.stats(): the adapter's state in this Lua state (every controller and pool that
+--- is still alive) and its counters.
+function A.stats()
+  local dispatching, in_flight, waiting = 0, 0, 0
+  for _, pools in pairs(loops) do
+    for _, s in pairs(pools) do
+      if s.dispatching then dispatching = dispatching + 1 end
+      in_flight = in_flight + s.in_flight
+      for _ in pairs(s.waiting) do waiting = waiting + 1 end
+    end
+  end
+  return {
+    dispatching = dispatching, -- dispatchers alive (one per pool and controller with calls in flight)
+    in_flight = in_flight, -- calls and futures waited for, not yet dispatched
+    waiting = waiting, -- coroutines waiting
+    waits = counters.waits,
+    resumes = counters.resumes,
+    early = counters.early,
+    wakeups = counters.wakeups,
+    empty = counters.empty,
+    completions = counters.completions,
+    dropped = counters.dropped,
+    dispatchers = counters.dispatchers,
+    free_conditions = nfree,
+  }
+end
+
+return A

@@ -1,0 +1,321 @@
+-- vmpool.luv: the luv (libuv) adapter, compiled into the library and loaded by `require
+-- "vmpool.luv"` (through package.preload, see vmpool.lua). In a coroutine started by
+-- vmpool.luv.spawn, pool:co_invoke (and vmpool.luv.await) yields, and the loop resumes it when its
+-- own call finished:
+--
+--   coroutine                                  the loop (uv.run, or Neovim's vim.loop)
+--   token = notifier:_submit(pool, chunk,      one poll handle per pool on the pool's notifier
+--     fn, ...): the call, under a token        eventfd; the native side writes to it when the
+--   waiting[token] = co; coroutine.yield()     completion queue goes from empty to non-empty
+--                                              callback: tokens = notifier:drain() (which reads the
+--                                              eventfd back to zero), resume waiting[token] each
+--   notifier:_take(token) -- the results
+--
+-- The poll handle exists only while the pool has calls in flight through this adapter: it is
+-- closed when the last one is dispatched, so a loop with no other work ends (uv.run returns), and
+-- nothing of the adapter is left behind when the pool goes away.
+
+local _, native, add_loop = ...
+
+-- Inside Neovim the loop is vim.loop (vim.uv from 0.10): a second luv loaded with require would
+-- be another libuv loop that nobody runs.
+local uv
+if type(vim) == "table" and type(vim.uv or vim.loop) == "table" then -- luacheck: ignore 113
+  uv = vim.uv or vim.loop -- luacheck: ignore 113
+else
+  local ok, found = pcall(require, "luv")
+  if not ok then
+    error("vmpool: vmpool.luv needs the luv module (Debian: apt-get install lua-luv; LuaRocks: luarocks "
+      .. "install luv), which cannot be loaded: " .. tostring(found), 0)
+  end
+  uv = found
+end
+
+local coroutine_running, coroutine_yield = coroutine.running, coroutine.yield
+local coroutine_create, coroutine_resume = coroutine.create, coroutine.resume
+local error, pcall, tostring, type, select, setmetatable, getmetatable, pairs =
+  error, pcall, tostring, type, select, setmetatable, getmetatable, pairs
+local traceback = debug and debug.traceback
+local isyieldable = coroutine.isyieldable or native._yieldable
+local Future = native.future_methods
+local future_wait = Future.wait
+
+local A = {
+  --- Called with the message (and traceback) of a coroutine of vmpool.luv.spawn that failed while
+  --- the loop resumed it. nil (the default): the error is raised in the loop's callback, as an
+  --- error of any luv callback is (standalone luv prints it and exits; Neovim reports it).
+  on_error = nil,
+}
+
+local driven = setmetatable({}, { __mode = "k" }) -- coroutines started by spawn
+-- pool -> its notifier, poll handle and waiters; futures awaited (whatever their pool) share the
+-- entry FUTURES
+local states = setmetatable({}, { __mode = "k" })
+local FUTURES = {}
+local awaited = setmetatable({}, { __mode = "k" }) -- future -> true while a coroutine awaits it
+-- the resume value that says "your call finished" (anything else is someone else's resume)
+local FINISHED = setmetatable({}, { __tostring = function() return "vmpool.luv.finished" end })
+
+-- counters of vmpool.luv.stats()
+local counters = {
+  waits = 0, -- coroutines that yielded for a call
+  resumes = 0, -- coroutines the loop resumed because their call finished
+  wakeups = 0, -- poll callbacks (each drains every finished call of its pool)
+  empty = 0, -- of those, callbacks that found no finished call
+  completions = 0, -- tokens the callbacks took
+  dropped = 0, -- tokens whose coroutine had stopped waiting
+  early = 0, -- waiting coroutines resumed by something other than the adapter
+  watchers_opened = 0,
+}
+
+-- An error value as text, even if its __tostring raises.
+local function describe(e)
+  local fine, text = pcall(tostring, e)
+  if fine and type(text) == "string" then
+    return text
+  end
+  return "(error object is a " .. type(e) .. " value whose __tostring failed)"
+end
+
+-- Resumes a coroutine of the adapter; returns the failure message if it died with an error.
+local function step(co, ...)
+  local ok, err = coroutine_resume(co, ...)
+  if ok then
+    return nil
+  end
+  local text = describe(err)
+  if traceback then
+    text = traceback(co, text)
+  end
+  return "vmpool: a coroutine of vmpool.luv.spawn failed: " .. text
+end
+
+local function failed(why)
+  local handler = A.on_error
+  if handler then
+    handler(why)
+  else
+    error(why, 0)
+  end
+end
+
+local function close_watcher(s)
+  local handle = s.handle
+  if handle then
+    s.handle = nil
+    handle:stop()
+    handle:close()
+  end
+end
+
+-- The poll callback of pool state s: every finished call's coroutine is resumed, once.
+local function dispatcher(s)
+  return function()
+    counters.wakeups = counters.wakeups + 1
+    local notifier = s.notifier
+    local tokens = notifier:drain()
+    local waiting = s.waiting
+    local n = #tokens
+    if n == 0 then counters.empty = counters.empty + 1 end
+    s.in_flight = s.in_flight - n
+    counters.completions = counters.completions + n
+    local why
+    for i = 1, n do
+      local t = tokens[i]
+      local co = waiting[t]
+      if co then
+        waiting[t] = nil
+        counters.resumes = counters.resumes + 1
+        why = step(co, FINISHED) or why
+      else
+        -- its coroutine stopped waiting (resumed early): nobody takes the result
+        notifier:_drop(t)
+        counters.dropped = counters.dropped + 1
+      end
+    end
+    if s.in_flight == 0 then
+      close_watcher(s)
+    end
+    if why then
+      failed(why)
+    end
+  end
+end
+
+local function state_of(pool)
+  local s = states[pool]
+  if s == nil then
+    local notifier = native._notifier()
+    s = { notifier = notifier, fd = notifier:_pollfd(), waiting = {}, in_flight = 0, handle = nil }
+    s.on_ready = dispatcher(s)
+    states[pool] = s
+  end
+  return s
+end
+
+local function open_watcher(s)
+  local handle, err = uv.new_poll(s.fd)
+  if handle then
+    local ok, start_err = handle:start("r", s.on_ready)
+    if ok then
+      s.handle = handle
+      counters.watchers_opened = counters.watchers_opened + 1
+      return
+    end
+    handle:close()
+    err = start_err
+  end
+  error("vmpool: vmpool.luv cannot watch the pool's wake-up descriptor: " .. tostring(err)
+    .. " (is the luv loop closed?)", 0)
+end
+
+-- Called before a call is submitted (or a future subscribed): once its token exists it must find
+-- a watcher, or it would never be dispatched.
+local function watch(s)
+  if s.handle == nil then
+    open_watcher(s)
+  end
+end
+
+-- After a failed submit: the watcher goes if nothing else is in flight.
+local function unwatch(s)
+  if s.in_flight == 0 then
+    close_watcher(s)
+  end
+end
+
+-- Yields the running coroutine until the loop hands back token (a call filed in s, or a future
+-- subscribed under it; the watcher is open). Returns true if the adapter resumed it; false if
+-- something else resumed it first (the token then has no waiter any more).
+local function sleep_on(s, token, co)
+  s.in_flight = s.in_flight + 1
+  s.waiting[token] = co
+  counters.waits = counters.waits + 1
+  if coroutine_yield() == FINISHED then
+    return true
+  end
+  if s.waiting[token] == co then
+    s.waiting[token] = nil
+  end
+  counters.early = counters.early + 1
+  return false
+end
+
+local function resumed_early(what)
+  return "vmpool: " .. what .. " was waiting for its call in a coroutine of vmpool.luv.spawn, and something "
+    .. "other than vmpool.luv resumed that coroutine before the call finished (resume only coroutines "
+    .. "that do not wait in vmpool, or wait for your own events in another coroutine)"
+end
+
+local function co_invoke(pool, chunk, fn, ...)
+  local s = states[pool] or state_of(pool)
+  local notifier = s.notifier
+  watch(s)
+  local submitted, token = pcall(notifier._submit, notifier, pool, chunk, fn, ...)
+  if not submitted then
+    unwatch(s)
+    error(token, 0)
+  end
+  if sleep_on(s, token, coroutine_running()) then
+    return notifier:_take(token)
+  end
+  notifier:_drop(token) -- not started: cancelled; its completion finds no waiter
+  error(resumed_early("pool:co_invoke"), 0)
+end
+
+add_loop {
+  drives = function(co) return driven[co] == true end,
+  co_invoke = co_invoke,
+}
+
+local function is_future(v)
+  local mt = type(v) == "userdata" and getmetatable(v)
+  return mt and mt.__index == Future
+end
+
+--- vmpool.luv.await(fut): in a coroutine of vmpool.luv.spawn, yields until the future's call
+--- finished, then returns its results (or raises its error). Elsewhere it blocks like fut:wait().
+function A.await(fut)
+  if not is_future(fut) then
+    error("vmpool: bad argument #1 to 'vmpool.luv.await': expected a future (from pool:submit), got "
+      .. type(fut), 2)
+  end
+  local co = coroutine_running()
+  if not (co and driven[co] and isyieldable()) then
+    return future_wait(fut)
+  end
+  if awaited[fut] then
+    error("vmpool: this future is already awaited by another coroutine; await it in one coroutine "
+      .. "and hand its results to the others", 2)
+  end
+  local s = states[FUTURES] or state_of(FUTURES)
+  local notifier = s.notifier
+  local token = notifier:_token()
+  watch(s)
+  if not fut:_subscribe(notifier, token) then
+    unwatch(s)
+    return future_wait(fut) -- finished already
+  end
+  awaited[fut] = true
+  local finished = sleep_on(s, token, co)
+  awaited[fut] = nil
+  if finished or fut:ready() then
+    return future_wait(fut)
+  end
+  error(resumed_early("vmpool.luv.await"), 2)
+end
+
+local function pack(...)
+  return { n = select("#", ...), ... }
+end
+local unpack = table.unpack or unpack -- luacheck: ignore 143
+
+--- vmpool.luv.spawn(fn, ...): runs fn(...) in a new coroutine at once, up to its first wait;
+--- pool:co_invoke and vmpool.luv.await yield there, and the loop resumes the coroutine when the
+--- call finished. Returns the coroutine. An error before the first wait is raised by spawn; a
+--- later one goes to vmpool.luv.on_error (or is raised in the loop's callback).
+function A.spawn(fn, ...)
+  if type(fn) ~= "function" then
+    error("vmpool: bad argument #1 to 'vmpool.luv.spawn': expected a function, got " .. type(fn), 2)
+  end
+  local co
+  if select("#", ...) == 0 then
+    co = coroutine_create(fn)
+  else
+    local args = pack(...)
+    co = coroutine_create(function() return fn(unpack(args, 1, args.n)) end)
+  end
+  driven[co] = true
+  local why = step(co)
+  if why then
+    error(why, 0)
+  end
+  return co
+end
+
+--- vmpool.luv.stats(): the adapter's state in this Lua state (every pool) and its counters.
+function A.stats()
+  local watchers, in_flight, waiting = 0, 0, 0
+  for _, s in pairs(states) do
+    if s.handle then watchers = watchers + 1 end
+    in_flight = in_flight + s.in_flight
+    for _ in pairs(s.waiting) do waiting = waiting + 1 end
+  end
+  return {
+    watchers = watchers, -- poll handles open (one per pool with calls in flight)
+    in_flight = in_flight, -- calls and futures waited for, not yet dispatched
+    waiting = waiting, -- coroutines waiting
+    waits = counters.waits,
+    resumes = counters.resumes,
+    wakeups = counters.wakeups,
+    empty = counters.empty,
+    completions = counters.completions,
+    dropped = counters.dropped,
+    early = counters.early,
+    watchers_opened = counters.watchers_opened,
+  }
+end
+
+A.loop = uv
+
+return A
