@@ -8,8 +8,9 @@
 //!   is readable while at least one subscribed future has finished and its owner has not yet
 //!   looked at it (see the README): each waiter re-checks its own future when woken, so every
 //!   completion wakes every waiter; the adapters use a notifier instead.
-//! - [`BellListener`]: how a loop that can only wait on sockets it connected itself (OpenResty's
-//!   cosockets) gets a [`Doorbell::Socket`].
+//! - the doorbell (`notify/doorbell.rs`): [`Doorbell`], how a completion queue rings its loop,
+//!   and [`DoorbellListener`], how a loop that can only wait on sockets it connected itself
+//!   (OpenResty's cosockets) gets a [`Doorbell::Socket`].
 
 mod doorbell;
 
@@ -21,7 +22,8 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::sys::INTERRUPT_CHECK;
 
-pub use doorbell::BellListener;
+use doorbell::{reset_eventfd, write_all};
+pub use doorbell::{Doorbell, DoorbellListener};
 
 /// Who to tell when a call finishes.
 pub enum Subscriber {
@@ -34,73 +36,6 @@ impl Subscriber {
         match self {
             Subscriber::Queue { notifier, token } => notifier.push(token),
             Subscriber::Poll(signal) => signal.raise(),
-        }
-    }
-}
-
-/// How a notifier rings when its queue goes from empty to non-empty.
-pub enum Doorbell {
-    /// An eventfd: write a counter increment.
-    EventFd(OwnedFd),
-    /// A connected stream socket (non-blocking): write one byte.
-    Socket(OwnedFd),
-}
-
-impl Doorbell {
-    fn ring(&self) {
-        match self {
-            Doorbell::EventFd(fd) => write_all(fd.as_raw_fd(), &1u64.to_ne_bytes()),
-            Doorbell::Socket(fd) => send_byte(fd.as_raw_fd()),
-        }
-    }
-
-    /// Called when the queue is drained (also after `Notifier::wake`, which rings without a token):
-    /// an eventfd is polled level-triggered by the loop itself (luv, cqueues), so it is read back
-    /// to zero here; otherwise it would stay readable and the
-    /// loop would spin. A socket's bytes are read by the loop that owns its other end.
-    fn quiet(&self) {
-        if let Doorbell::EventFd(fd) = self {
-            reset_eventfd(fd.as_raw_fd());
-        }
-    }
-}
-
-fn reset_eventfd(fd: RawFd) {
-    let mut buf = [0u8; 8];
-    // SAFETY: reading a non-blocking eventfd open for the caller's lifetime into an 8-byte buffer
-    // we own; EAGAIN (already zero) is fine.
-    unsafe {
-        libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, 8);
-    }
-}
-
-fn write_all(fd: RawFd, bytes: &[u8]) {
-    loop {
-        // SAFETY: `fd` is open for the doorbell's lifetime; `bytes` is a valid buffer.
-        let n = unsafe { libc::write(fd, bytes.as_ptr() as *const libc::c_void, bytes.len()) };
-        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // A full non-blocking descriptor (EAGAIN) already holds an unread ring: nothing is lost.
-            return;
-        }
-    }
-}
-
-fn send_byte(fd: RawFd) {
-    loop {
-        // SAFETY: `fd` is a socket open for the doorbell's lifetime; the buffer is one valid byte.
-        // MSG_NOSIGNAL: a reader that went away gives EPIPE, not a SIGPIPE that would kill a host
-        // which does not ignore it.
-        let n = unsafe {
-            libc::send(
-                fd,
-                b"!".as_ptr() as *const libc::c_void,
-                1,
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
-        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // EAGAIN: the socket buffer is full of unread rings; EPIPE: nobody listens any more.
-            return;
         }
     }
 }
@@ -290,7 +225,7 @@ mod tests {
 
     fn connected_bell() -> (Arc<Notifier>, UnixStream) {
         let dir = std::env::temp_dir();
-        let listener = BellListener::bind(&dir).unwrap();
+        let listener = DoorbellListener::bind(&dir).unwrap();
         let reader = UnixStream::connect(listener.path()).unwrap();
         let fd = listener.accept().unwrap();
         let n = Notifier::new();
@@ -332,7 +267,7 @@ mod tests {
         assert_eq!(rings(&mut reader), 1);
         // moving the doorbell of `m` to `n`, which holds an unheard token
         let dir = std::env::temp_dir();
-        let listener = BellListener::bind(&dir).unwrap();
+        let listener = DoorbellListener::bind(&dir).unwrap();
         let mut r2 = UnixStream::connect(listener.path()).unwrap();
         r2.set_nonblocking(true).unwrap();
         n.set_doorbell(Some(Doorbell::Socket(listener.accept().unwrap())));
@@ -376,7 +311,7 @@ mod tests {
     #[test]
     fn listener_cleans_up_and_refuses_when_nobody_connected() {
         let dir = std::env::temp_dir();
-        let listener = BellListener::bind(&dir).unwrap();
+        let listener = DoorbellListener::bind(&dir).unwrap();
         let path = listener.path().to_path_buf();
         assert!(path.exists());
         let err = listener.accept().unwrap_err();

@@ -300,8 +300,8 @@ function ngx_adapter.init_worker() end
 ---Closes this worker's pools made by vmpool.ngx.pool and the doorbell (in exit_worker_by_lua).
 function ngx_adapter.exit_worker() end
 
----This worker's adapter state and counters: reader, waiting, waits, wakeups, completions,
----dropped, timeouts, flushes, reader_starts.
+---This worker's adapter state and counters: light_thread, waiting, waits, wakeups, completions,
+---dropped, timeouts, flushes, light_thread_starts.
 ---@return table
 function ngx_adapter.stats() end
 

@@ -90,7 +90,7 @@ function app.stats()
   for _, k in ipairs { "core", "noncore", "busy", "waiting", "invokes", "succeeded", "errors" } do
     ngx.say("pool.", k, " ", s[k])
   end
-  for _, k in ipairs { "pid", "reader", "waiting", "waits", "wakeups", "completions", "dropped", "timeouts" } do
+  for _, k in ipairs { "pid", "light_thread", "waiting", "waits", "wakeups", "completions", "dropped", "timeouts" } do
     ngx.say("ngx.", k, " ", tostring(a[k]))
   end
 end

@@ -108,7 +108,7 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     end)
     assert.are.equal("0.05 timer\n", result)
     local s = stats()
-    assert.are.equal("running", s["ngx.reader"])
+    assert.are.equal("running", s["ngx.light_thread"])
     assert.are.equal(0, s["ngx.waiting"])
   end)
 

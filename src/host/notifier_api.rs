@@ -3,9 +3,9 @@
 //! loop collects tokens with `notifier:wait([timeout])` (sleeps, no CPU) or `notifier:drain()`.
 //!
 //! A loop that can only sleep on sockets it connects itself (OpenResty's cosockets) gets a socket
-//! doorbell in two steps: `path = notifier:_bell_listen(dir)`, then, once its socket connected to
-//! `unix:` .. path, `notifier:_bell_accept()`. `notifier:_wake()` rings it unconditionally and
-//! `notifier:_bell_close()` closes this side.
+//! doorbell in two steps: `path = notifier:_doorbell_listen(dir)`, then, once its socket connected to
+//! `unix:` .. path, `notifier:_doorbell_accept()`. `notifier:_wake()` rings it unconditionally and
+//! `notifier:_doorbell_close()` closes this side.
 //!
 //! The OpenResty adapter's own calls skip the future userdata (its allocation and finalizer are
 //! a good part of a call's cost on the event loop): `token = notifier:_submit(pool, chunk, fn,
@@ -38,7 +38,7 @@ use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_NOTIFIER};
 use crate::int_hash::IntMap;
 use crate::lua::{State, TNUMBER};
-use crate::notify::{BellListener, Doorbell, Notifier, Subscriber};
+use crate::notify::{Doorbell, DoorbellListener, Notifier, Subscriber};
 use crate::pool::{Pool, Posting};
 use crate::Error;
 
@@ -46,8 +46,8 @@ pub struct NotifierHandle {
     pub notifier: Arc<Notifier>,
     /// Reused between calls.
     tokens: Vec<u64>,
-    /// Between `_bell_listen` and `_bell_accept`.
-    listener: Option<BellListener>,
+    /// Between `_doorbell_listen` and `_doorbell_accept`.
+    listener: Option<DoorbellListener>,
     /// The eventfd doorbell `_pollfd` installed (owned by the notifier's queue).
     pollfd: Option<RawFd>,
     /// Calls submitted by `_submit` and not yet taken or dropped.
@@ -158,8 +158,8 @@ fn drain_impl(st: State) -> Result<c_int, Error> {
     push_tokens(st, h)
 }
 
-crate::lua_function!(pub fn bell_listen => bell_listen_impl);
-fn bell_listen_impl(st: State) -> Result<c_int, Error> {
+crate::lua_function!(pub fn doorbell_listen => doorbell_listen_impl);
+fn doorbell_listen_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     let dir = st
         .to_bytes(2)
@@ -171,7 +171,7 @@ fn bell_listen_impl(st: State) -> Result<c_int, Error> {
             ))
         })?;
     h.listener = None;
-    let listener = BellListener::bind(std::path::Path::new(dir)).map_err(|e| {
+    let listener = DoorbellListener::bind(std::path::Path::new(dir)).map_err(|e| {
         Error::BadArgument(format!(
             "cannot create the doorbell socket in '{dir}': {e} (set vmpool.ngx.configure{{socket_dir = ...}} \
              to a short path of a directory the nginx worker user can write)"
@@ -183,13 +183,12 @@ fn bell_listen_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-crate::lua_function!(pub fn bell_accept => bell_accept_impl);
-fn bell_accept_impl(st: State) -> Result<c_int, Error> {
+crate::lua_function!(pub fn doorbell_accept => doorbell_accept_impl);
+fn doorbell_accept_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
-    let listener = h
-        .listener
-        .take()
-        .ok_or_else(|| Error::Internal("_bell_accept called without _bell_listen".into()))?;
+    let listener = h.listener.take().ok_or_else(|| {
+        Error::Internal("_doorbell_accept called without _doorbell_listen".into())
+    })?;
     let fd = listener.accept().map_err(|e| {
         Error::Internal(format!(
             "the light thread's doorbell connection did not arrive: {e}"
@@ -202,8 +201,8 @@ fn bell_accept_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-crate::lua_function!(pub fn bell_close => bell_close_impl);
-fn bell_close_impl(st: State) -> Result<c_int, Error> {
+crate::lua_function!(pub fn doorbell_close => doorbell_close_impl);
+fn doorbell_close_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     h.listener = None;
     h.pollfd = None;

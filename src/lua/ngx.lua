@@ -82,16 +82,16 @@ local function worker()
       failed = {}, -- token -> why its waiter was woken without a result (the light thread failed)
       free = {}, -- semaphores ready for reuse (count 0, nobody waiting)
       nfree = 0,
-      reader = STOPPED,
-      reader_gen = 0, -- which start of the light thread is the current one
-      reader_since = 0,
+      light_thread = STOPPED,
+      light_thread_gen = 0, -- which start of the light thread is the current one
+      light_thread_since = 0,
       flush_sem = have_semaphore and semaphore.new() or nil, -- the flusher's; posted when the outbox fills
       flushes = 0,
       exiting = false,
       sentinel = false,
       pools = {}, -- vmpool.ngx.pool(name, ...)
       -- counters of vmpool.ngx.stats()
-      waits = 0, wakeups = 0, completions = 0, dropped = 0, timeouts = 0, reader_starts = 0,
+      waits = 0, wakeups = 0, completions = 0, dropped = 0, timeouts = 0, light_thread_starts = 0,
     }
     W = w
   end
@@ -134,7 +134,7 @@ local function fail_waiters(w, why)
   end
 end
 
-local reader_main, arm_sentinel
+local light_thread_main, arm_sentinel
 
 -- The light thread's companion (an ngx.thread of the same timer): requests defer their calls to
 -- the native outbox and the first of a turn posts w.flush_sem; nginx resumes this thread after the
@@ -151,37 +151,37 @@ local function flusher(w, ctl)
   notifier:_flush() -- calls deferred while the light thread stopped still go
 end
 
-local function start_reader(w)
-  if w.reader ~= STOPPED then
+local function start_light_thread(w)
+  if w.light_thread ~= STOPPED then
     return true
   end
   if w.exiting or worker_exiting() then
     return nil, "exiting"
   end
   local notifier = w.notifier
-  local ok, path = pcall(notifier._bell_listen, notifier, config.socket_dir)
+  local ok, path = pcall(notifier._doorbell_listen, notifier, config.socket_dir)
   if not ok then
     return nil, path
   end
-  w.reader_gen = w.reader_gen + 1
-  local started, err = timer_at(0, reader_main, w, path, w.reader_gen)
+  w.light_thread_gen = w.light_thread_gen + 1
+  local started, err = timer_at(0, light_thread_main, w, path, w.light_thread_gen)
   if not started then
-    notifier:_bell_close()
+    notifier:_doorbell_close()
     if err == "process exiting" then
       return nil, "exiting"
     end
     return nil, fmt("vmpool: cannot start the light thread that wakes waiting requests: %s "
       .. "(raise lua_max_pending_timers or lua_max_running_timers)", tostring(err))
   end
-  w.reader = STARTING
-  w.reader_since = now()
-  w.reader_starts = w.reader_starts + 1
+  w.light_thread = STARTING
+  w.light_thread_since = now()
+  w.light_thread_starts = w.light_thread_starts + 1
   return true
 end
 
-reader_main = function(premature, w, path, gen)
-  if W ~= w or gen ~= w.reader_gen then
-    return -- given up for lost (see ensure_reader): a newer light thread owns the doorbell
+light_thread_main = function(premature, w, path, gen)
+  if W ~= w or gen ~= w.light_thread_gen then
+    return -- given up for lost (see ensure_light_thread): a newer light thread owns the doorbell
   end
   if premature then
     w.exiting = true -- still serve the requests already waiting
@@ -191,19 +191,19 @@ reader_main = function(premature, w, path, gen)
   sock:settimeouts(5000, 5000, config.idle_timeout * 1000)
   local ok, err = sock:connect("unix:" .. path)
   if ok then
-    ok, err = pcall(notifier._bell_accept, notifier)
+    ok, err = pcall(notifier._doorbell_accept, notifier)
   end
   if not ok then
     sock:close()
-    notifier:_bell_close()
-    w.reader = STOPPED
+    notifier:_doorbell_close()
+    w.light_thread = STOPPED
     local why = fmt("vmpool: the light thread cannot connect to its doorbell socket %s: %s "
       .. "(check vmpool.ngx.configure{socket_dir = ...})", path, tostring(err))
     ngx_log(ERR, why)
     fail_waiters(w, why)
     return
   end
-  w.reader = RUNNING
+  w.light_thread = RUNNING
   arm_sentinel(w)
   if w.sentinel then
     -- worker exit wakes the light thread through the exit watch: no need to look around often
@@ -213,8 +213,8 @@ reader_main = function(premature, w, path, gen)
   local flush_thread, spawn_err = spawn_thread(flusher, w, ctl)
   if not flush_thread then
     sock:close()
-    notifier:_bell_close()
-    w.reader = STOPPED
+    notifier:_doorbell_close()
+    w.light_thread = STOPPED
     local why = "vmpool: cannot start the light thread's flusher: " .. tostring(spawn_err)
     ngx_log(ERR, why)
     fail_waiters(w, why)
@@ -236,9 +236,9 @@ reader_main = function(premature, w, path, gen)
     end
   end
   sock:close()
-  notifier:_bell_close()
+  notifier:_doorbell_close()
   -- from here on a request starts a new light thread (unless the worker exits), with a new flusher
-  w.reader = STOPPED
+  w.light_thread = STOPPED
   w.flush_sem = semaphore.new()
   ctl.stop = true
   ctl.sem:post(1)
@@ -246,7 +246,7 @@ reader_main = function(premature, w, path, gen)
   if broken then
     dispatch(w, notifier:drain())
     if w.waiters > 0 then
-      local restarted, why = start_reader(w)
+      local restarted, why = start_light_thread(w)
       if not restarted then
         fail_waiters(w, fmt("vmpool: the light thread lost its doorbell socket (%s) and cannot restart: %s",
           tostring(broken), tostring(why)))
@@ -288,19 +288,19 @@ end
 
 -- The light thread is needed before a request can wait. True once it runs or starts; false while
 -- the worker exits (its light thread is gone for good: callers finish the plain, blocking way).
-local function ensure_reader(w)
-  if w.reader == STARTING and now() - w.reader_since > START_GRACE then
+local function ensure_light_thread(w)
+  if w.light_thread == STARTING and now() - w.light_thread_since > START_GRACE then
     -- its timer never ran (nginx drops timers past lua_max_running_timers): start another
     ngx_log(ERR, "vmpool: the light thread did not start within ", START_GRACE, " s (is lua_max_running_timers ",
       "reached?); starting it again")
-    w.notifier:_bell_close()
-    w.reader = STOPPED
+    w.notifier:_doorbell_close()
+    w.light_thread = STOPPED
   end
   if not have_semaphore then
     error("vmpool: ngx.semaphore (lua-resty-core) cannot be loaded: " .. tostring(semaphore)
       .. " (add its directory, e.g. /usr/share/lua/5.1/?.lua, to lua_package_path)", 0)
   end
-  local ok, err = start_reader(w)
+  local ok, err = start_light_thread(w)
   if ok then
     return true
   elseif err == "exiting" then
@@ -369,7 +369,7 @@ local function host_co_invoke(pool, chunk, fn, ...)
     if w == nil or w.pid ~= worker_pid() then
       w = worker()
     end
-    if w.reader ~= RUNNING and not ensure_reader(w) then
+    if w.light_thread ~= RUNNING and not ensure_light_thread(w) then
       return pool:invoke(chunk, fn, ...)
     end
     local notifier = w.notifier
@@ -406,7 +406,7 @@ local function host_co_map(pool, chunk, fn, list, options)
     if w == nil or w.pid ~= worker_pid() then
       w = worker()
     end
-    if w.reader ~= RUNNING and not ensure_reader(w) then
+    if w.light_thread ~= RUNNING and not ensure_light_thread(w) then
       return pool:map(chunk, fn, list, options)
     end
     local m, results, errors = native._map(pool, chunk, fn, list, options)
@@ -448,7 +448,7 @@ function A.wait(fut, timeout)
     error(phase_error("vmpool.ngx.wait", phase), 0)
   end
   local w = worker()
-  if w.reader ~= RUNNING and not ensure_reader(w) then
+  if w.light_thread ~= RUNNING and not ensure_light_thread(w) then
     return fut:wait(timeout)
   end
   local notifier = w.notifier
@@ -529,7 +529,7 @@ end
 --- vmpool.ngx.init_worker(): starts the light thread now instead of at the first wait (optional;
 --- call it in init_worker_by_lua).
 function A.init_worker()
-  ensure_reader(worker())
+  ensure_light_thread(worker())
 end
 
 --- vmpool.ngx.exit_worker(): closes this worker's pools made by vmpool.ngx.pool and the native end
@@ -540,7 +540,7 @@ function A.exit_worker()
     return
   end
   w.exiting = true
-  w.notifier:_bell_close()
+  w.notifier:_doorbell_close()
   local pools = w.pools
   w.pools = {}
   for _, pool in pairs(pools) do
@@ -554,7 +554,7 @@ function A.stats()
   local queued, held, deferred = w.notifier:pending()
   return {
     pid = w.pid,
-    reader = w.reader,
+    light_thread = w.light_thread,
     exiting = w.exiting,
     waiting = w.waiters,
     waits = w.waits,
@@ -562,7 +562,7 @@ function A.stats()
     completions = w.completions,
     dropped = w.dropped,
     timeouts = w.timeouts,
-    reader_starts = w.reader_starts,
+    light_thread_starts = w.light_thread_starts,
     queued = queued,
     held = held,
     deferred = deferred,

@@ -1,5 +1,8 @@
-//! The socket doorbell of an event loop that can only wait on sockets it connected itself
-//! (OpenResty's cosockets): a listener in a private directory that the loop connects to once.
+//! The doorbell: how a completion queue ([`super::Notifier`]) rings its loop when it goes from
+//! empty to non-empty. [`Doorbell`] is the ringing side, an eventfd (luv and cqueues poll it) or a
+//! connected socket; [`DoorbellListener`] is how a loop that can only wait on sockets it connected
+//! itself (OpenResty's cosockets) gets the socket: a listener in a private directory that the
+//! loop connects to once.
 //!
 //! The loop's side of the connection belongs to the event loop; this side is the doorbell that
 //! [`Notifier::push`](super::Notifier::push) writes to. The listener lives only between `bind` and
@@ -8,7 +11,7 @@
 //! cannot slip in either.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
@@ -17,15 +20,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Names of the private directories: unique per process and call.
 static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
 
-pub struct BellListener {
+pub struct DoorbellListener {
     listener: UnixListener,
     dir: PathBuf,
     path: PathBuf,
 }
 
-impl BellListener {
+impl DoorbellListener {
     /// Binds a listening socket at `<parent>/vmpool-<pid>-<n>/bell`.
-    pub fn bind(parent: &Path) -> io::Result<BellListener> {
+    pub fn bind(parent: &Path) -> io::Result<DoorbellListener> {
         let pid = std::process::id();
         let dir = loop {
             let n = NEXT_DIR.fetch_add(1, Ordering::Relaxed);
@@ -48,7 +51,7 @@ impl BellListener {
                 return Err(e);
             }
         };
-        Ok(BellListener {
+        Ok(DoorbellListener {
             listener,
             dir,
             path,
@@ -73,7 +76,7 @@ impl BellListener {
     }
 }
 
-impl Drop for BellListener {
+impl Drop for DoorbellListener {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
         let _ = std::fs::remove_dir(&self.dir);
@@ -102,4 +105,71 @@ fn peer_pid(sock: &impl AsRawFd) -> io::Result<libc::pid_t> {
         return Err(io::Error::last_os_error());
     }
     Ok(cred.pid)
+}
+
+/// How a notifier rings when its queue goes from empty to non-empty.
+pub enum Doorbell {
+    /// An eventfd: write a counter increment.
+    EventFd(OwnedFd),
+    /// A connected stream socket (non-blocking): write one byte.
+    Socket(OwnedFd),
+}
+
+impl Doorbell {
+    pub(super) fn ring(&self) {
+        match self {
+            Doorbell::EventFd(fd) => write_all(fd.as_raw_fd(), &1u64.to_ne_bytes()),
+            Doorbell::Socket(fd) => send_byte(fd.as_raw_fd()),
+        }
+    }
+
+    /// Called when the queue is drained (also after `Notifier::wake`, which rings without a token):
+    /// an eventfd is polled level-triggered by the loop itself (luv, cqueues), so it is read back
+    /// to zero here; otherwise it would stay readable and the
+    /// loop would spin. A socket's bytes are read by the loop that owns its other end.
+    pub(super) fn quiet(&self) {
+        if let Doorbell::EventFd(fd) = self {
+            reset_eventfd(fd.as_raw_fd());
+        }
+    }
+}
+
+pub(super) fn reset_eventfd(fd: RawFd) {
+    let mut buf = [0u8; 8];
+    // SAFETY: reading a non-blocking eventfd open for the caller's lifetime into an 8-byte buffer
+    // we own; EAGAIN (already zero) is fine.
+    unsafe {
+        libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, 8);
+    }
+}
+
+pub(super) fn write_all(fd: RawFd, bytes: &[u8]) {
+    loop {
+        // SAFETY: `fd` is open for the doorbell's lifetime; `bytes` is a valid buffer.
+        let n = unsafe { libc::write(fd, bytes.as_ptr() as *const libc::c_void, bytes.len()) };
+        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // A full non-blocking descriptor (EAGAIN) already holds an unread ring: nothing is lost.
+            return;
+        }
+    }
+}
+
+fn send_byte(fd: RawFd) {
+    loop {
+        // SAFETY: `fd` is a socket open for the doorbell's lifetime; the buffer is one valid byte.
+        // MSG_NOSIGNAL: a reader that went away gives EPIPE, not a SIGPIPE that would kill a host
+        // which does not ignore it.
+        let n = unsafe {
+            libc::send(
+                fd,
+                b"!".as_ptr() as *const libc::c_void,
+                1,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            // EAGAIN: the socket buffer is full of unread rings; EPIPE: nobody listens any more.
+            return;
+        }
+    }
 }
