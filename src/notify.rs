@@ -14,7 +14,7 @@
 
 mod doorbell;
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,7 +22,6 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::sys::INTERRUPT_CHECK;
 
-use doorbell::{reset_eventfd, write_all};
 pub use doorbell::{Doorbell, DoorbellListener};
 
 /// Who to tell when a call finishes.
@@ -173,26 +172,26 @@ pub struct PollSignal {
     /// Finished-but-unclaimed futures. May dip below zero for a moment when a future is dropped
     /// between its call finishing and the notification arriving.
     unclaimed: Mutex<isize>,
-    fd: OwnedFd,
+    fd: crate::sys::WakeFd,
 }
 
 impl PollSignal {
     pub fn new() -> std::io::Result<Arc<PollSignal>> {
         Ok(Arc::new(PollSignal {
             unclaimed: Mutex::new(0),
-            fd: eventfd()?,
+            fd: crate::sys::WakeFd::new()?,
         }))
     }
 
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.fd.fd()
     }
 
     pub fn raise(&self) {
         let mut n = self.unclaimed.lock();
         *n += 1;
         if *n == 1 {
-            write_all(self.fd.as_raw_fd(), &1u64.to_ne_bytes());
+            self.fd.signal();
         }
     }
 
@@ -201,20 +200,9 @@ impl PollSignal {
         let mut n = self.unclaimed.lock();
         *n -= 1;
         if *n == 0 {
-            reset_eventfd(self.fd.as_raw_fd());
+            self.fd.reset();
         }
     }
-}
-
-/// Creates a non-blocking eventfd.
-pub fn eventfd() -> std::io::Result<OwnedFd> {
-    // SAFETY: plain system call; the result is checked before use.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]
@@ -285,11 +273,11 @@ mod tests {
     }
 
     #[test]
-    fn eventfd_doorbell_is_readable_exactly_while_tokens_wait_to_be_drained() {
-        let bell = eventfd().unwrap();
-        let fd = bell.as_raw_fd();
+    fn wake_fd_doorbell_is_readable_exactly_while_tokens_wait_to_be_drained() {
+        let bell = crate::sys::WakeFd::new().unwrap();
+        let fd = bell.fd();
         let n = Notifier::new();
-        n.set_doorbell(Some(Doorbell::EventFd(bell)));
+        n.set_doorbell(Some(Doorbell::Wake(bell)));
         assert!(!readable(fd));
         n.push(1);
         n.push(2);
@@ -299,7 +287,7 @@ mod tests {
         assert_eq!(out, [1, 2]);
         assert!(
             !readable(fd),
-            "a drained queue leaves the eventfd quiet (a loop would spin)"
+            "a drained queue leaves the descriptor quiet (a loop would spin)"
         );
         n.push(3);
         assert!(readable(fd));

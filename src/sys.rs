@@ -12,13 +12,15 @@ use std::sync::Once;
 #[cfg(all(target_os = "linux", not(feature = "portable-sys")))]
 mod linux;
 #[cfg(all(target_os = "linux", not(feature = "portable-sys")))]
-pub use linux::{current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, thread_nice};
+pub use linux::{
+    current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, thread_nice, WakeFd,
+};
 
 #[cfg(not(all(target_os = "linux", not(feature = "portable-sys"))))]
 mod portable;
 #[cfg(not(all(target_os = "linux", not(feature = "portable-sys"))))]
 pub use portable::{
-    current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, thread_nice,
+    current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, thread_nice, WakeFd,
 };
 
 /// Which implementation of the waiting, CPU and niceness functions this build uses (checked by
@@ -34,6 +36,18 @@ pub const IMPLEMENTATION: &str = if cfg!(all(target_os = "linux", not(feature = 
 /// ends a timed futex wait at once (`EINTR`); this bound is the fallback where it does not (the
 /// portable build, condition variables) and for hooks set from other threads.
 pub const INTERRUPT_CHECK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Writes `bytes` to a non-blocking descriptor, retrying only when a signal interrupted the
+/// write: a full descriptor (EAGAIN) already holds an unread wake-up, so nothing is lost.
+fn write_retrying(fd: std::os::fd::RawFd, bytes: &[u8]) {
+    loop {
+        // SAFETY: `fd` is open for the caller's lifetime; `bytes` is a valid buffer.
+        let n = unsafe { libc::write(fd, bytes.as_ptr() as *const libc::c_void, bytes.len()) };
+        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return;
+        }
+    }
+}
 
 /// CPUs this process may run on (honours `taskset`), at least 1.
 pub fn available_cpus() -> usize {

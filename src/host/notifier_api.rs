@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::ffi::c_int;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -218,14 +218,14 @@ fn pollfd_impl(st: State) -> Result<c_int, Error> {
     let fd = match h.pollfd {
         Some(fd) => fd,
         None => {
-            let bell = crate::notify::eventfd().map_err(|e| {
+            let bell = crate::sys::WakeFd::new().map_err(|e| {
                 Error::BadArgument(format!(
-                    "cannot create the event loop's wake-up descriptor (eventfd): {e} (the process may have too many open files: raise ulimit -n)"
+                    "cannot create the event loop's wake-up descriptor: {e} (the process may have too many open files: raise ulimit -n)"
                 ))
             })?;
-            let fd = bell.as_raw_fd();
+            let fd = bell.fd();
             h.listener = None;
-            h.notifier.set_doorbell(Some(Doorbell::EventFd(bell)));
+            h.notifier.set_doorbell(Some(Doorbell::Wake(bell)));
             h.pollfd = Some(fd);
             fd
         }

@@ -109,8 +109,8 @@ fn peer_pid(sock: &impl AsRawFd) -> io::Result<libc::pid_t> {
 
 /// How a notifier rings when its queue goes from empty to non-empty.
 pub enum Doorbell {
-    /// An eventfd: write a counter increment.
-    EventFd(OwnedFd),
+    /// A descriptor the loop polls (an eventfd on Linux, a pipe elsewhere: `sys::WakeFd`).
+    Wake(crate::sys::WakeFd),
     /// A connected stream socket (non-blocking): write one byte.
     Socket(OwnedFd),
 }
@@ -118,7 +118,7 @@ pub enum Doorbell {
 impl Doorbell {
     pub(super) fn ring(&self) {
         match self {
-            Doorbell::EventFd(fd) => write_all(fd.as_raw_fd(), &1u64.to_ne_bytes()),
+            Doorbell::Wake(w) => w.signal(),
             Doorbell::Socket(fd) => send_byte(fd.as_raw_fd()),
         }
     }
@@ -128,28 +128,8 @@ impl Doorbell {
     /// to zero here; otherwise it would stay readable and the
     /// loop would spin. A socket's bytes are read by the loop that owns its other end.
     pub(super) fn quiet(&self) {
-        if let Doorbell::EventFd(fd) = self {
-            reset_eventfd(fd.as_raw_fd());
-        }
-    }
-}
-
-pub(super) fn reset_eventfd(fd: RawFd) {
-    let mut buf = [0u8; 8];
-    // SAFETY: reading a non-blocking eventfd open for the caller's lifetime into an 8-byte buffer
-    // we own; EAGAIN (already zero) is fine.
-    unsafe {
-        libc::read(fd, buf.as_mut_ptr() as *mut libc::c_void, 8);
-    }
-}
-
-pub(super) fn write_all(fd: RawFd, bytes: &[u8]) {
-    loop {
-        // SAFETY: `fd` is open for the doorbell's lifetime; `bytes` is a valid buffer.
-        let n = unsafe { libc::write(fd, bytes.as_ptr() as *const libc::c_void, bytes.len()) };
-        if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            // A full non-blocking descriptor (EAGAIN) already holds an unread ring: nothing is lost.
-            return;
+        if let Doorbell::Wake(w) = self {
+            w.reset();
         }
     }
 }

@@ -97,3 +97,39 @@ pub fn set_thread_nice(nice: i32) -> bool {
         libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
     }
 }
+
+/// A descriptor that pollers see readable from [`WakeFd::signal`] until [`WakeFd::reset`]: an
+/// eventfd (one descriptor, a counter the kernel keeps).
+pub struct WakeFd(std::os::fd::OwnedFd);
+
+impl WakeFd {
+    pub fn new() -> std::io::Result<WakeFd> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain system call; the result is checked before use.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+        Ok(WakeFd(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// The descriptor to poll for reading.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.0.as_raw_fd()
+    }
+
+    pub fn signal(&self) {
+        super::write_retrying(self.fd(), &1u64.to_ne_bytes());
+    }
+
+    pub fn reset(&self) {
+        let mut buf = [0u8; 8];
+        // SAFETY: reading a non-blocking eventfd we own into an 8-byte buffer we own; EAGAIN
+        // (already zero) is fine.
+        unsafe {
+            libc::read(self.fd(), buf.as_mut_ptr() as *mut libc::c_void, 8);
+        }
+    }
+}

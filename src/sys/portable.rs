@@ -70,3 +70,70 @@ pub fn thread_nice() -> Option<i32> {
 pub fn set_thread_nice(_nice: i32) -> bool {
     false
 }
+
+/// A descriptor that pollers see readable from [`WakeFd::signal`] until [`WakeFd::reset`]: the
+/// read end of a non-blocking pipe (eventfd is Linux's), whose write end takes one byte per signal.
+pub struct WakeFd {
+    read: std::os::fd::OwnedFd,
+    write: std::os::fd::OwnedFd,
+}
+
+impl WakeFd {
+    pub fn new() -> std::io::Result<WakeFd> {
+        use std::os::fd::FromRawFd;
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `pipe` writes two descriptors into the array we own; checked before use.
+        if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both are fresh descriptors that nothing else owns.
+        let (read, write) = unsafe {
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        for fd in fds {
+            // SAFETY: fcntl on descriptors we own, with flag arguments only.
+            let ok = unsafe {
+                let fl = libc::fcntl(fd, libc::F_GETFL);
+                fl >= 0
+                    && libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK) == 0
+                    && libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) == 0
+            };
+            if !ok {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(WakeFd { read, write })
+    }
+
+    /// The descriptor to poll for reading.
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        self.read.as_raw_fd()
+    }
+
+    pub fn signal(&self) {
+        use std::os::fd::AsRawFd;
+        // a full pipe (EAGAIN) is readable already: nothing is lost
+        super::write_retrying(self.write.as_raw_fd(), b"!");
+    }
+
+    pub fn reset(&self) {
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: reading a non-blocking pipe we own into a buffer we own.
+            let n =
+                unsafe { libc::read(self.fd(), buf.as_mut_ptr() as *mut libc::c_void, buf.len()) };
+            if n < buf.len() as isize {
+                if n < 0
+                    && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+                {
+                    continue;
+                }
+                return; // drained (short read), empty (EAGAIN) or closed
+            }
+        }
+    }
+}
