@@ -49,6 +49,82 @@ fn write_retrying(fd: std::os::fd::RawFd, bytes: &[u8]) {
     }
 }
 
+/// Whether the peer of a connected unix socket is this process (Linux, Android: its pid from
+/// `SO_PEERCRED`). Elsewhere the peer's pid is not available: `getpeereid` gives its user, and a
+/// peer of the same user is accepted (the doorbell's private 0700 directory keeps others out).
+pub fn peer_is_this_process(fd: std::os::fd::RawFd) -> std::io::Result<bool> {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let mut cred = libc::ucred {
+            pid: 0,
+            uid: 0,
+            gid: 0,
+        };
+        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+        // SAFETY: `cred` and `len` are valid for writes and `len` holds `cred`'s size, as
+        // SO_PEERCRED requires; the descriptor is open for the duration of the call.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_PEERCRED,
+                &mut cred as *mut libc::ucred as *mut libc::c_void,
+                &mut len,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(cred.pid == std::process::id() as libc::pid_t)
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    {
+        let (mut uid, mut gid) = (0, 0);
+        // SAFETY: `uid` and `gid` are valid for writes; the descriptor is open for the call.
+        if unsafe { libc::getpeereid(fd, &mut uid, &mut gid) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: geteuid has no preconditions.
+        Ok(uid == unsafe { libc::geteuid() })
+    }
+}
+
+/// Sends one byte on a non-blocking socket without raising SIGPIPE if the reader went away
+/// (`MSG_NOSIGNAL`; macOS and iOS lack it and set `SO_NOSIGPIPE` on the socket instead, see
+/// [`no_sigpipe`]). Returns what `send` returned.
+pub fn send_byte(fd: std::os::fd::RawFd) -> isize {
+    #[cfg(not(any(target_os = "macos", target_os = "ios")))]
+    let flags = libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT;
+    #[cfg(any(target_os = "macos", target_os = "ios"))]
+    let flags = libc::MSG_DONTWAIT;
+    // SAFETY: `fd` is a socket the caller keeps open; the buffer is one valid byte.
+    unsafe { libc::send(fd, b"!".as_ptr() as *const libc::c_void, 1, flags) }
+}
+
+/// Where `MSG_NOSIGNAL` does not exist (macOS, iOS), marks the socket so that writing to it after
+/// the reader went away gives EPIPE instead of SIGPIPE; elsewhere nothing to do.
+pub fn no_sigpipe(fd: std::os::fd::RawFd) -> std::io::Result<()> {
+    #[cfg(any(target_os = "macos", target_os = "ios"))]
+    {
+        let on: libc::c_int = 1;
+        // SAFETY: a valid int option for a socket the caller keeps open.
+        let rc = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_NOSIGPIPE,
+                &on as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    let _ = fd;
+    Ok(())
+}
+
 /// CPUs this process may run on (honours `taskset`), at least 1.
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism()

@@ -7,8 +7,8 @@
 //! The loop's side of the connection belongs to the event loop; this side is the doorbell that
 //! [`Notifier::push`](super::Notifier::push) writes to. The listener lives only between `bind` and
 //! `accept` (microseconds, in the same process); its directory is created with mode 0700, so
-//! other users cannot connect, and the peer's pid is checked, so other processes of the same user
-//! cannot slip in either.
+//! other users cannot connect, and on Linux the peer's pid is checked, so other processes of the
+//! same user cannot slip in either (elsewhere only the peer's user is: `sys::peer_is_this_process`).
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -68,8 +68,9 @@ impl DoorbellListener {
     pub fn accept(&self) -> io::Result<OwnedFd> {
         loop {
             let (stream, _) = self.listener.accept()?;
-            if peer_pid(&stream)? == std::process::id() as libc::pid_t {
+            if crate::sys::peer_is_this_process(stream.as_raw_fd())? {
                 stream.set_nonblocking(true)?;
+                crate::sys::no_sigpipe(stream.as_raw_fd())?;
                 return Ok(OwnedFd::from(stream));
             }
         }
@@ -81,30 +82,6 @@ impl Drop for DoorbellListener {
         let _ = std::fs::remove_file(&self.path);
         let _ = std::fs::remove_dir(&self.dir);
     }
-}
-
-fn peer_pid(sock: &impl AsRawFd) -> io::Result<libc::pid_t> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: `cred` and `len` are valid for writes and `len` holds `cred`'s size, as
-    // SO_PEERCRED requires; the descriptor is open for the duration of the call.
-    let rc = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            &mut cred as *mut libc::ucred as *mut libc::c_void,
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(cred.pid)
 }
 
 /// How a notifier rings when its queue goes from empty to non-empty.
@@ -136,17 +113,7 @@ impl Doorbell {
 
 fn send_byte(fd: RawFd) {
     loop {
-        // SAFETY: `fd` is a socket open for the doorbell's lifetime; the buffer is one valid byte.
-        // MSG_NOSIGNAL: a reader that went away gives EPIPE, not a SIGPIPE that would kill a host
-        // which does not ignore it.
-        let n = unsafe {
-            libc::send(
-                fd,
-                b"!".as_ptr() as *const libc::c_void,
-                1,
-                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-            )
-        };
+        let n = crate::sys::send_byte(fd);
         if n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             // EAGAIN: the socket buffer is full of unread rings; EPIPE: nobody listens any more.
             return;
