@@ -34,6 +34,31 @@ impl Tagged for DriverHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0004;
 }
 
+impl DriverHandle {
+    /// Gives `call` a token (a free slot, or a new one) and subscribes it, so that the token
+    /// comes back from `driver:wait` when the call finishes (at once if it already has).
+    fn watch(&mut self, call: Arc<Call>) -> u64 {
+        let slot = match self.free.pop() {
+            Some(i) => i as usize,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        };
+        let token = slot as u64 + 1;
+        let subscriber = Subscriber::Queue {
+            notifier: self.notifier.clone(),
+            token,
+        };
+        if !call.subscribe(subscriber) {
+            // finished already: queue its token ourselves
+            self.notifier.push(token);
+        }
+        self.slots[slot] = Some(call);
+        token
+    }
+}
+
 fn handle<'a>(st: State) -> Result<&'a mut DriverHandle, Error> {
     userdata::get::<DriverHandle>(st, 1)
         .and_then(|b| b.get())
@@ -68,23 +93,7 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
         d.cache.put(call);
         return Err(e);
     }
-    let slot = match d.free.pop() {
-        Some(i) => i as usize,
-        None => {
-            d.slots.push(None);
-            d.slots.len() - 1
-        }
-    };
-    let token = slot as u64 + 1;
-    let subscriber = Subscriber::Queue {
-        notifier: d.notifier.clone(),
-        token,
-    };
-    if !call.subscribe(subscriber) {
-        // finished already: queue its token ourselves
-        d.notifier.push(token);
-    }
-    d.slots[slot] = Some(call);
+    let token = d.watch(call);
     st.set_top(0);
     st.push_integer(token as i64);
     Ok(1)
@@ -123,22 +132,7 @@ fn watch_impl(st: State) -> Result<c_int, Error> {
         st.push_nil();
         return Ok(1);
     };
-    let slot = match d.free.pop() {
-        Some(i) => i as usize,
-        None => {
-            d.slots.push(None);
-            d.slots.len() - 1
-        }
-    };
-    let token = slot as u64 + 1;
-    let subscriber = Subscriber::Queue {
-        notifier: d.notifier.clone(),
-        token,
-    };
-    if !call.subscribe(subscriber) {
-        d.notifier.push(token);
-    }
-    d.slots[slot] = Some(call);
+    let token = d.watch(call);
     st.push_integer(token as i64);
     Ok(1)
 }

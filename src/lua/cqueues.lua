@@ -15,7 +15,7 @@
 -- Each waiter sleeps on a condition of its own, so a completion wakes the dispatcher and the one
 -- coroutine whose call finished (a future's pollfd, which every waiter polls, wakes them all).
 
-local _, native, add_loop = ...
+local _, native, add_loop, shared = ...
 
 local ok_cqueues, cqueues = pcall(require, "cqueues")
 if not ok_cqueues then
@@ -27,7 +27,7 @@ local condition = require "cqueues.condition"
 local cqueues_running, cqueues_poll = cqueues.running, cqueues.poll
 local new_condition = condition.new
 local coroutine_running = coroutine.running
-local error, type, setmetatable, getmetatable, pairs = error, type, setmetatable, getmetatable, pairs
+local error, type, setmetatable, pairs = error, type, setmetatable, pairs
 local isyieldable = coroutine.isyieldable or native._yieldable
 local Future = native.future_methods
 local future_wait = Future.wait
@@ -151,10 +151,7 @@ add_loop {
   co_invoke = co_invoke,
 }
 
-local function is_future(v)
-  local mt = type(v) == "userdata" and getmetatable(v)
-  return mt and mt.__index == Future
-end
+local is_future = shared.is_future
 
 --- vmpool.cqueues.await(fut): in a coroutine a cqueues controller runs, yields until the future's
 --- call finished, then returns its results (or raises its error). Elsewhere it blocks like

@@ -15,7 +15,7 @@
 -- closed when the last one is dispatched, so a loop with no other work ends (uv.run returns), and
 -- nothing of the adapter is left behind when the pool goes away.
 
-local _, native, add_loop = ...
+local _, native, add_loop, shared = ...
 
 -- Inside Neovim the loop is vim.loop (vim.uv from 0.10): a second luv loaded with require would
 -- be another libuv loop that nobody runs.
@@ -33,8 +33,8 @@ end
 
 local coroutine_running, coroutine_yield = coroutine.running, coroutine.yield
 local coroutine_create, coroutine_resume = coroutine.create, coroutine.resume
-local error, pcall, tostring, type, select, setmetatable, getmetatable, pairs =
-  error, pcall, tostring, type, select, setmetatable, getmetatable, pairs
+local error, pcall, tostring, type, select, setmetatable, pairs =
+  error, pcall, tostring, type, select, setmetatable, pairs
 local traceback = debug and debug.traceback
 local isyieldable = coroutine.isyieldable or native._yieldable
 local Future = native.future_methods
@@ -68,14 +68,7 @@ local counters = {
   watchers_opened = 0,
 }
 
--- An error value as text, even if its __tostring raises.
-local function describe(e)
-  local fine, text = pcall(tostring, e)
-  if fine and type(text) == "string" then
-    return text
-  end
-  return "(error object is a " .. type(e) .. " value whose __tostring failed)"
-end
+local describe = shared.describe -- an error value as text, even if its __tostring raises
 
 -- Resumes a coroutine of the adapter; returns the failure message if it died with an error.
 local function step(co, ...)
@@ -228,10 +221,7 @@ add_loop {
   co_invoke = co_invoke,
 }
 
-local function is_future(v)
-  local mt = type(v) == "userdata" and getmetatable(v)
-  return mt and mt.__index == Future
-end
+local is_future = shared.is_future
 
 --- vmpool.luv.await(fut): in a coroutine of vmpool.luv.spawn, yields until the future's call
 --- finished, then returns its results (or raises its error). Elsewhere it blocks like fut:wait().

@@ -92,6 +92,15 @@ local function describe(e)
   return "(error object is a " .. type(e) .. " value whose __tostring failed)"
 end
 
+-- Whether `v` is a future of this library (pool:submit's).
+local function is_future(v)
+  local mt = type(v) == "userdata" and getmetatable(v)
+  return mt and mt.__index == Future
+end
+
+-- What the event-loop adapters share with this file (their fourth argument).
+local shared = { describe = describe, is_future = is_future }
+
 -- After resuming `co`, when it did not simply yield to wait for a call.
 function Driver:stepped(co, ok, first)
   if coroutine_status(co) == "dead" then
@@ -263,7 +272,7 @@ if type(package) == "table" and type(package.preload) == "table" then
   for name, source in pairs { luv = native._luv_source, cqueues = native._cqueues_source } do
     local module = "vmpool." .. name
     package.preload[module] = function()
-      return assert(load_text(source, "=vmpool/" .. name .. ".lua"))(M, native, add_loop)
+      return assert(load_text(source, "=vmpool/" .. name .. ".lua"))(M, native, add_loop, shared)
     end
   end
 end
