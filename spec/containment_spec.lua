@@ -84,9 +84,14 @@ describe("containment", function()
       assert.matches("first\tfalse\tvmpool: a Lua error was raised in the host while receiving the "
         .. "results of c:big: [^\n]*from a host finalizer %(a __gc finalizer", out)
     else
-      -- 5.2 and 5.3 wrap the finalizer's error themselves before vmpool sees it
-      assert.matches("first\tfalse\tvmpool: a Lua error was raised in the host while receiving the "
-        .. "results of c:big: error in __gc metamethod %([^\n]*from a host finalizer%) %(a __gc finalizer", out)
+      -- 5.2 and 5.3 wrap the finalizer's error themselves before vmpool sees it; and they run a
+      -- collection step at the call of a C function, before it runs, so the finalizers may raise
+      -- at the call of pool:invoke itself, outside vmpool (README, Guarantees: "Finalizers that
+      -- raise on Lua 5.2 and 5.3"): either way the call fails with the finalizer's error
+      local wrapped = out:match("first\tfalse\tvmpool: a Lua error was raised in the host while receiving the "
+        .. "results of c:big: error in __gc metamethod %([^\n]*from a host finalizer%) %(a __gc finalizer")
+      local at_the_call = out:match("first\tfalse\terror in __gc metamethod %([^\n]*from a host finalizer%)\n")
+      assert.is_truthy(wrapped or at_the_call, out)
     end
     assert.matches("then\t3", out, 1, true)
     assert.matches("closed", out, 1, true)
