@@ -14,8 +14,9 @@
 --              (10 ms ticks).
 --   throughput calls/s of echo calls with 1,000 coroutines in flight, through each adapter and
 --              through vmpool.run, repetitions interleaved (the order rotates); the ratio to
---              vmpool.run is the median of the per-repetition ratios (goal >= 0.7x). Timed: run it
---              on a quiet machine.
+--              vmpool.run is the median of the per-repetition ratios (goal >= 0.7x); and the
+--              process's CPU time per call (os.clock, every thread). Timed: run it on a quiet
+--              machine.
 --
 -- Usage: lua bench/adapters.lua [--short] [--part=wakeups|cpu|throughput] [--reps=N]
 -- --short is what CI runs once (scripts/test.sh): fewer, shorter calls, one repetition; it fails
@@ -192,30 +193,33 @@ local function throughput()
   local pool = vmpool.new {}
   pool:compile("c", CHUNK)
   local per = math.floor(THROUGHPUT_CALLS / IN_FLIGHT)
-  local rates = {}
-  for _, s in ipairs(schedulers) do rates[s.name] = {} end
+  local rates, cpus = {}, {}
+  for _, s in ipairs(schedulers) do rates[s.name], cpus[s.name] = {}, {} end
   for rep = 1, REPS do
     for k = 0, #schedulers - 1 do
       local s = schedulers[(rep - 1 + k) % #schedulers + 1]
-      local t = vmpool.clock()
+      local t, c = vmpool.clock(), os.clock() -- os.clock: CPU time of the whole process
       s.run(IN_FLIGHT, function(i)
         for j = 1, per do
           if pool:co_invoke("c", "echo", j) ~= j then error("wrong result in coroutine " .. i) end
         end
       end)
       rates[s.name][rep] = per * IN_FLIGHT / (vmpool.clock() - t)
+      cpus[s.name][rep] = (os.clock() - c) * 1e6 / (per * IN_FLIGHT)
     end
   end
   print(("## Calls/s, %d coroutines in flight, %d echo calls per run, default pool, %d repetition(s) (%s)"):format(
     IN_FLIGHT, per * IN_FLIGHT, REPS, vmpool.runtime))
   print("")
-  print("| scheduler | calls/s median [min-max] | x vmpool.run (median of per-repetition ratios) |")
-  print("|---|--:|--:|")
+  print("| scheduler | calls/s median [min-max] | x vmpool.run (median of per-repetition ratios) "
+    .. "| process CPU µs per call median [min-max] |")
+  print("|---|--:|--:|--:|")
   for _, s in ipairs(schedulers) do
-    local r = benchlib.summary(rates[s.name])
+    local r, c = benchlib.summary(rates[s.name]), benchlib.summary(cpus[s.name])
     local ratios = {}
     for rep = 1, REPS do ratios[rep] = rates[s.name][rep] / rates["vmpool.run"][rep] end
-    print(("| %s | %.0f [%.0f-%.0f] | %.2f |"):format(s.name, r.median, r.min, r.max, benchlib.median(ratios)))
+    print(("| %s | %.0f [%.0f-%.0f] | %.2f | %.2f [%.2f-%.2f] |"):format(s.name, r.median, r.min, r.max,
+      benchlib.median(ratios), c.median, c.min, c.max))
   end
   print("")
   pool:close()

@@ -81,6 +81,62 @@ describe("vmpool.cqueues", function()
     big:close()
   end)
 
+  it("submits the calls of the coroutines one wake-up resumes together, each with its own results", function()
+    local big = vmpool.new { core = 4 }
+    big:compile("c", CHUNK)
+    local before = vcq.stats()
+    local cq = cqueues.new()
+    local sums, done = {}, 0
+    for i = 1, 200 do
+      cq:wrap(function()
+        local sum = 0
+        for j = 1, 10 do sum = sum + big:co_invoke("c", "echo", i * 100 + j) end
+        sums[i] = sum
+        done = done + 1
+      end)
+    end
+    assert.is_nil(run_loop(cq))
+    assert.are.equal(200, done)
+    for i = 1, 200 do assert.are.equal(i * 1000 + 55, sums[i]) end
+    local d = delta(before)
+    assert.are.equal(2000, d.waits)
+    assert.are.equal(2000, d.completions)
+    assert.is_true(d.batched > 0, "calls made by coroutines one wake-up signalled went as one batch")
+    big:close()
+  end)
+
+  it("raises a call of a batch that the pool refuses (blocking = false) in the coroutine that made it", function()
+    local strict = vmpool.new { core = 2, blocking = false, init = Gate.CHILD }
+    strict:compile("c", CHUNK)
+    local cq = cqueues.new()
+    local order, second = {}, nil
+    local function body(name)
+      return function()
+        strict:co_invoke("c", "echo", name)
+        order[#order + 1] = name
+        -- the first coroutine signalled defers this call; the last one submits the batch, which
+        -- the pool refuses, since the gates hold both states
+        if #order == 1 then second = strict:co_invoke("c", "echo", name .. "2") end
+      end
+    end
+    cq:wrap(body("a"))
+    cq:wrap(body("b"))
+    assert(cq:step(0)) -- both calls submitted
+    -- both finish before the controller runs again, so that one wake-up takes both
+    assert.is_truthy(Gate.eventually(function() return strict:stats().succeeded == 2 end))
+    local held = { strict:submit("c", "gate", gate.port, 1), strict:submit("c", "gate", gate.port, 2) }
+    gate:arrivals(2)
+    local before = vcq.stats()
+    local err = run_loop(cq)
+    assert.is_nil(second)
+    assert.matches("vmpool: pool exhausted", err)
+    assert.are.equal(1, delta(before).batched)
+    gate:release()
+    assert.are.equal(1, held[1]:wait())
+    assert.are.equal(2, held[2]:wait())
+    strict:close()
+  end)
+
   it("keeps the controller running other coroutines while calls wait, and wakes only when one finished", function()
     local cq = cqueues.new()
     local results = {}

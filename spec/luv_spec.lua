@@ -105,6 +105,57 @@ describe("vmpool.luv", function()
     big:close()
   end)
 
+  it("submits the calls of the coroutines one wake-up resumes together, each with its own results", function()
+    local big = vmpool.new { core = 4 }
+    big:compile("c", CHUNK)
+    local before = vluv.stats()
+    local sums, done = {}, 0
+    for i = 1, 200 do
+      vluv.spawn(function()
+        local sum = 0
+        for j = 1, 10 do sum = sum + big:co_invoke("c", "echo", i * 100 + j) end
+        sums[i] = sum
+        done = done + 1
+      end)
+    end
+    run_loop()
+    assert.are.equal(200, done)
+    for i = 1, 200 do assert.are.equal(i * 1000 + 55, sums[i]) end
+    local d = delta(before)
+    assert.are.equal(2000, d.resumes, "each call's coroutine is resumed exactly once")
+    assert.are.equal(2000, d.completions)
+    assert.is_true(d.batched > 0, "calls made while a wake-up resumed coroutines went as one batch")
+    assert.are.equal(0, vluv.stats().watchers)
+    big:close()
+  end)
+
+  it("raises a call of a batch that the pool refuses (blocking = false) in the coroutine that made it", function()
+    local strict = vmpool.new { core = 2, blocking = false, init = Gate.CHILD }
+    strict:compile("c", CHUNK)
+    local caught, second = nil, nil
+    vluv.on_error = function(msg) caught = msg end
+    vluv.spawn(function()
+      strict:co_invoke("c", "echo", "a")
+      -- resumed by the poll callback: deferred, then refused, since the gates hold both states
+      second = strict:co_invoke("c", "echo", "a2")
+    end)
+    vluv.spawn(function() strict:co_invoke("c", "echo", "b") end)
+    -- both first calls finish before the loop runs, so that one wake-up takes both
+    assert.is_truthy(Gate.eventually(function() return strict:stats().succeeded == 2 end))
+    local held = { strict:submit("c", "gate", gate.port, 1), strict:submit("c", "gate", gate.port, 2) }
+    gate:arrivals(2)
+    local before = vluv.stats()
+    run_loop()
+    assert.is_nil(second)
+    assert.matches("^vmpool: a coroutine of vmpool.luv.spawn failed: vmpool: pool exhausted", caught)
+    assert.are.equal(1, delta(before).batched)
+    assert.are.equal(0, vluv.stats().watchers, "nothing is left in flight")
+    gate:release()
+    assert.are.equal(1, held[1]:wait())
+    assert.are.equal(2, held[2]:wait())
+    strict:close()
+  end)
+
   it("keeps the loop running other callbacks while calls wait, and wakes it only when one finished", function()
     local results = {}
     for i = 1, 2 do

@@ -14,6 +14,11 @@
 --
 -- Each waiter sleeps on a condition of its own, so a completion wakes the dispatcher and the one
 -- coroutine whose call finished (a future's pollfd, which every waiter polls, wakes them all).
+--
+-- The calls that the woken coroutines of one batch make are deferred (notifier:_defer) and handed
+-- to the pool together (notifier:_flush): waking a sleeping worker costs a system call and a
+-- context switch, and one batch then wakes it once, not once per call (measured: 7.8 -> 4.4
+-- CPU-µs per call, bench/adapters.lua).
 
 local _, native, add_loop, shared = ...
 
@@ -52,6 +57,7 @@ local counters = {
   completions = 0, -- tokens the dispatchers took
   dropped = 0, -- tokens whose coroutine had stopped waiting
   dispatchers = 0, -- dispatcher coroutines started
+  batched = 0, -- calls woken coroutines made, submitted together
 }
 
 -- what cqueues.poll waits on: the notifier's eventfd, readable while tokens are queued
@@ -61,6 +67,19 @@ function Pollable:pollfd() return self.fd end
 function Pollable:events() return "r" end -- luacheck: ignore 212
 function Pollable:timeout() return nil end -- luacheck: ignore 212
 
+-- Calls deferred in a batch are submitted at least this often, so that workers start on the
+-- first ones while the rest of the batch is resumed.
+local FLUSH_EVERY = 64
+
+local function flush(s)
+  s.deferred = 0
+  s.notifier:_flush()
+end
+
+-- The dispatcher signals the coroutines whose calls finished; the calls they make when they run
+-- are deferred and submitted together (when the last of them woke, or FLUSH_EVERY calls), so that
+-- a batch wakes a sleeping pool worker once, not once per call. It yields a few turns of the
+-- controller to make sure the batch is submitted even if some woken coroutine never runs.
 local function dispatch(s)
   local notifier, waiting, pollable = s.notifier, s.waiting, s.pollable
   while s.in_flight > 0 do
@@ -71,16 +90,28 @@ local function dispatch(s)
     if n == 0 then counters.empty = counters.empty + 1 end
     s.in_flight = s.in_flight - n
     counters.completions = counters.completions + n
+    local signalled = 0
     for i = 1, n do
       local t = tokens[i]
       local cond = waiting[t]
       if cond then
         waiting[t] = nil
         cond:signal()
+        signalled = signalled + 1
       else
         notifier:_drop(t)
         counters.dropped = counters.dropped + 1
       end
+    end
+    if signalled > 0 then
+      s.batch_left = signalled
+      local turns = 0
+      repeat
+        cqueues_poll(0)
+        turns = turns + 1
+      until s.batch_left == 0 or turns == 3
+      s.batch_left = 0
+      if s.deferred > 0 then flush(s) end
     end
   end
   s.dispatching = false
@@ -95,7 +126,7 @@ local function state_of(cq, key)
   local s = pools[key]
   if s == nil then
     local notifier = native._notifier()
-    s = { notifier = notifier, waiting = {}, in_flight = 0, dispatching = false }
+    s = { notifier = notifier, waiting = {}, in_flight = 0, dispatching = false, batch_left = 0, deferred = 0 }
     s.pollable = setmetatable({ fd = notifier:_pollfd() }, Pollable)
     pools[key] = s
   end
@@ -128,6 +159,12 @@ local function sleep_on(cq, s, token)
     local still = waiting[token] == cond
     if still then counters.early = counters.early + 1 end
   until not still
+  local left = s.batch_left
+  if left > 0 then
+    -- woken by the dispatcher's current batch: the last one submits what the others deferred
+    s.batch_left = left - 1
+    if left == 1 and s.deferred > 0 then flush(s) end
+  end
   if nfree < MAX_FREE_CONDITIONS then
     nfree = nfree + 1
     free[nfree] = cond
@@ -138,7 +175,16 @@ local function co_invoke(pool, chunk, fn, ...)
   local cq = cqueues_running()
   local s = state_of(cq, pool)
   local notifier = s.notifier
-  local token = notifier:_submit(pool, chunk, fn, ...)
+  local token
+  if s.batch_left > 0 then
+    counters.batched = counters.batched + 1
+    token = notifier:_defer(pool, chunk, fn, ...) -- submitted with the rest of the batch
+    local d = s.deferred + 1
+    s.deferred = d
+    if d >= FLUSH_EVERY then flush(s) end
+  else
+    token = notifier:_submit(pool, chunk, fn, ...)
+  end
   sleep_on(cq, s, token)
   return notifier:_take(token)
 end
@@ -203,6 +249,7 @@ function A.stats()
     completions = counters.completions,
     dropped = counters.dropped,
     dispatchers = counters.dispatchers,
+    batched = counters.batched,
     free_conditions = nfree,
   }
 end

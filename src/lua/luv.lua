@@ -11,6 +11,11 @@
 --                                              eventfd back to zero), resume waiting[token] each
 --   notifier:_take(token) -- the results
 --
+-- The calls that coroutines make while the callback resumes them are deferred (notifier:_defer)
+-- and handed to the pool together (notifier:_flush) every FLUSH_EVERY calls and when the callback
+-- ends: waking a sleeping worker costs a system call and a context switch, and one batch then
+-- wakes it once, not once per call (measured: 6.7 -> 3.4 CPU-µs per call, bench/adapters.lua).
+--
 -- The poll handle exists only while the pool has calls in flight through this adapter: it is
 -- closed when the last one is dispatched, so a loop with no other work ends (uv.run returns), and
 -- nothing of the adapter is left behind when the pool goes away.
@@ -66,6 +71,7 @@ local counters = {
   dropped = 0, -- tokens whose coroutine had stopped waiting
   early = 0, -- waiting coroutines resumed by something other than the adapter
   watchers_opened = 0,
+  batched = 0, -- calls a poll callback's coroutines made, submitted together
 }
 
 local describe = shared.describe -- an error value as text, even if its __tostring raises
@@ -101,7 +107,18 @@ local function close_watcher(s)
   end
 end
 
--- The poll callback of pool state s: every finished call's coroutine is resumed, once.
+-- Calls deferred in a batch are submitted at least this often, so that workers start on the
+-- first ones while the rest of the batch is resumed.
+local FLUSH_EVERY = 64
+
+local function flush(s)
+  s.deferred = 0
+  s.notifier:_flush()
+end
+
+-- The poll callback of pool state s: every finished call's coroutine is resumed, once. The calls
+-- those coroutines make meanwhile are deferred and submitted together (every FLUSH_EVERY calls,
+-- and at the end), so that a batch wakes a sleeping pool worker once, not once per call.
 local function dispatcher(s)
   return function()
     counters.wakeups = counters.wakeups + 1
@@ -113,6 +130,7 @@ local function dispatcher(s)
     s.in_flight = s.in_flight - n
     counters.completions = counters.completions + n
     local why
+    s.deferring = true
     for i = 1, n do
       local t = tokens[i]
       local co = waiting[t]
@@ -125,6 +143,10 @@ local function dispatcher(s)
         notifier:_drop(t)
         counters.dropped = counters.dropped + 1
       end
+    end
+    s.deferring = false
+    if s.deferred > 0 then
+      flush(s)
     end
     if s.in_flight == 0 then
       close_watcher(s)
@@ -139,7 +161,8 @@ local function state_of(pool)
   local s = states[pool]
   if s == nil then
     local notifier = native._notifier()
-    s = { notifier = notifier, fd = notifier:_pollfd(), waiting = {}, in_flight = 0, handle = nil }
+    s = { notifier = notifier, fd = notifier:_pollfd(), waiting = {}, in_flight = 0, handle = nil,
+      deferring = false, deferred = 0 }
     s.on_ready = dispatcher(s)
     states[pool] = s
   end
@@ -162,15 +185,15 @@ local function open_watcher(s)
     .. " (is the luv loop closed?)", 0)
 end
 
--- Called before a call is submitted (or a future subscribed): once its token exists it must find
--- a watcher, or it would never be dispatched.
+-- Called before a future is subscribed: once its token exists it must find a watcher, or it
+-- would never be dispatched.
 local function watch(s)
   if s.handle == nil then
     open_watcher(s)
   end
 end
 
--- After a failed submit: the watcher goes if nothing else is in flight.
+-- After a subscription that was not needed: the watcher goes if nothing else is in flight.
 local function unwatch(s)
   if s.in_flight == 0 then
     close_watcher(s)
@@ -203,11 +226,27 @@ end
 local function co_invoke(pool, chunk, fn, ...)
   local s = states[pool] or state_of(pool)
   local notifier = s.notifier
-  watch(s)
-  local submitted, token = pcall(notifier._submit, notifier, pool, chunk, fn, ...)
-  if not submitted then
-    unwatch(s)
-    error(token, 0)
+  local token
+  if s.deferring then
+    -- inside this pool's poll callback (whose watcher is open), which submits the batch
+    token = notifier:_defer(pool, chunk, fn, ...)
+    counters.batched = counters.batched + 1
+    local d = s.deferred + 1
+    s.deferred = d
+    if d >= FLUSH_EVERY then
+      flush(s)
+    end
+  else
+    -- a refused call raises here, before a watcher exists for it; a call that finishes before
+    -- the watcher opens leaves the descriptor readable (level-triggered), so it is not missed
+    token = notifier:_submit(pool, chunk, fn, ...)
+    if s.handle == nil then
+      local opened, err = pcall(watch, s)
+      if not opened then
+        notifier:_drop(token)
+        error(err, 0)
+      end
+    end
   end
   if sleep_on(s, token, coroutine_running()) then
     return notifier:_take(token)
@@ -303,6 +342,7 @@ function A.stats()
     dropped = counters.dropped,
     early = counters.early,
     watchers_opened = counters.watchers_opened,
+    batched = counters.batched,
   }
 end
 
