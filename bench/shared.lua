@@ -7,12 +7,16 @@
 --   alone      operations per second of the host alone (90% get, 10% set on the same keys)
 --   together   operations per second of the host plus two pool states doing the same at once,
 --              each for the same wall-clock window; scaling = together / alone (goal >= 1.5 on 2 CPUs)
+--   compute    the machine's own ceiling for that figure: the same loop with a string operation of
+--              similar cost in place of each dictionary call, alone and host + two states, so
+--              that the dictionary's scaling can be read against what the CPUs give plain Lua
 --
 -- Each round measures every figure once, in the order of the list (so each figure's rounds are
 -- interleaved with the others'); the result is the median of the rounds with min and max.
 --
 -- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/shared.lua'
---   [--rounds=7] [--ops=2000000] [--seconds=1]; --quick or BENCH_QUICK=1 checks that it works.
+--   [--rounds=7] [--ops=2000000] [--seconds=1] [--shards=N]; --quick or BENCH_QUICK=1 checks that it
+--   works.
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/lib/?.lua;" .. package.path
 
@@ -27,7 +31,7 @@ local seconds = tonumber(o.seconds) or (o.quick and 0.05 or 1)
 local clock = vmpool.clock
 local KEYS = 1000
 
-local dict = vmpool.shared("bench", { capacity = "16m" })
+local dict = vmpool.shared("bench", { capacity = "16m", shards = tonumber(o.shards) })
 local keys = {}
 for i = 1, KEYS do
   keys[i] = "key-" .. i
@@ -79,6 +83,21 @@ function hammer(seconds, nkeys)
     if clock() >= stop then return n / seconds end
   end
 end
+-- the same loop without the dictionary (string.byte of the key, then a table write or read)
+function compute(seconds, nkeys)
+  local keys, t = {}, {}
+  for i = 1, nkeys do keys[i] = "key-" .. i end
+  local byte = string.byte
+  local n, stop = 0, clock() + seconds
+  while true do
+    for i = 1, 1000 do
+      local k = keys[(n + i) % nkeys + 1]
+      if i % 10 == 0 then t[k] = byte(k, 5) else local _ = t[k] or byte(k, 5) end
+    end
+    n = n + 1000
+    if clock() >= stop then return n / seconds end
+  end
+end
 ]]
 local hammer = assert((loadstring or load)(HAMMER))
 hammer()
@@ -87,14 +106,14 @@ pool:compile("hammer", HAMMER)
 pool:invoke("hammer", "hammer", 0.01, KEYS) -- warm both states' code
 pool:invoke("hammer", "hammer", 0.01, KEYS)
 
-local alone = {}
-local together = {}
-local function contention()
-  alone[#alone + 1] = _G.hammer(seconds, KEYS) -- luacheck: ignore 113
-  local a = pool:submit("hammer", "hammer", seconds, KEYS)
-  local b = pool:submit("hammer", "hammer", seconds, KEYS)
-  local host = _G.hammer(seconds, KEYS) -- luacheck: ignore 113
-  together[#together + 1] = host + a:wait() + b:wait()
+local alone, together = {}, {}
+local compute_alone, compute_together = {}, {}
+local function contention(fn, alone_out, together_out)
+  alone_out[#alone_out + 1] = _G[fn](seconds, KEYS)
+  local a = pool:submit("hammer", fn, seconds, KEYS)
+  local b = pool:submit("hammer", fn, seconds, KEYS)
+  local host = _G[fn](seconds, KEYS)
+  together_out[#together_out + 1] = host + a:wait() + b:wait()
 end
 
 local samples = { c_call = {}, get = {}, set = {} }
@@ -102,12 +121,17 @@ for _ = 1, rounds do
   for _, name in ipairs { "c_call", "get", "set" } do
     samples[name][#samples[name] + 1] = figures[name]()
   end
-  contention()
+  contention("hammer", alone, together)
+  contention("compute", compute_alone, compute_together)
 end
 pool:close()
 
-local scaling = {}
-for i = 1, #alone do scaling[i] = together[i] / alone[i] end
+local scaling, compute_scaling, relative = {}, {}, {}
+for i = 1, #alone do
+  scaling[i] = together[i] / alone[i]
+  compute_scaling[i] = compute_together[i] / compute_alone[i]
+  relative[i] = scaling[i] / compute_scaling[i]
+end
 
 local function show(name, s, unit)
   print(("%-10s %12.1f %s  [%.1f-%.1f]  (%d rounds)"):format(name, s.median, unit, s.min, s.max, s.n))
@@ -126,3 +150,9 @@ show("alone", B.summary(alone), "ops/s")
 show("together", B.summary(together), "ops/s")
 local sc = B.summary(scaling)
 print(("%-10s %12.2f x alone  [%.2f-%.2f]  (goal >= 1.5)"):format("scaling", sc.median, sc.min, sc.max))
+local cs, rel = B.summary(compute_scaling), B.summary(relative)
+print(("%-10s %12.2f x alone  [%.2f-%.2f]  (the same loop without the dictionary: the machine's ceiling)")
+  :format("compute", cs.median, cs.min, cs.max))
+print(("%-10s %12.2f x        [%.2f-%.2f]  (scaling / compute, per round)"):format("relative", rel.median, rel.min,
+  rel.max))
+print(("shards     %12d"):format(tonumber(o.shards) or 16))

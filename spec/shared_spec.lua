@@ -373,4 +373,64 @@ describe("vmpool.shared", function()
       assert.are.equal(25000, d:get("hits"))
     end)
   end)
+
+  describe("on LuaJIT, the FFI path", function()
+    if vmpool.runtime ~= "LuaJIT" then
+      pending("LuaJIT only")
+      return
+    end
+
+    it("is what get, get_stale, set, safe_set, add, safe_add, replace and delete use", function()
+      assert.is_true(vmpool._dict_ffi)
+    end)
+
+    it("answers every call exactly as the C functions do", function()
+      local Sub = require "spec.support.subprocess"
+      -- the same calls in two fresh interpreters, one without the ffi module (the C functions)
+      local script = [[
+        local vmpool = require "vmpool"
+        local d = vmpool.shared("ffi-vs-c", { capacity = 4096, shards = 1 }) -- one LRU order
+        local function show(...)
+          local t = { n = select("#", ...), ... }
+          for i = 1, t.n do
+            local v = t[i]
+            t[i] = type(v) == "string" and ("%q"):format(#v > 40 and (#v .. " bytes " .. v:sub(1, 8)) or v)
+              or tostring(v)
+          end
+          print(table.concat(t, " ", 1, t.n))
+        end
+        local function try(name, ...)
+          local r = { pcall(d[name], d, ...) }
+          show(name, unpack(r, 1, table.maxn(r)))
+        end
+        try("set", "s", "str", 0, 3) try("get", "s") try("get_stale", "s")
+        try("set", "n", 1.5) try("get", "n") try("set", "i", 7) try("get", "i")
+        try("set", "t", true) try("get", "t") try("set", "f", false) try("get", "f")
+        try("get", "none") try("get_stale", "none")
+        try("set", "big", string.rep("b", 5000)) try("get", "big")
+        for i = 1, 40 do try("set", "fill" .. i, string.rep("v", 100)) end
+        try("safe_set", "safe", string.rep("w", 3000)) try("safe_add", "safe2", string.rep("w", 3000))
+        try("add", "s", "again") try("add", "s2", "new") try("replace", "s2", "newer") try("replace", "zz", 1)
+        try("get", "s2") try("delete", "s2") try("get", "s2") try("delete", "never")
+        try("set", "e", "soon", 0.5) d:_advance(1) try("get", "e") try("get_stale", "e")
+        try("set", 12, "number key") try("get", 12) try("get", "12") try("delete", 12)
+        try("lpush", "list", "x") try("get", "list") try("set", "list", 1)
+        try("set", "", 1) try("get", "") try("delete", "") try("set", string.rep("k", 65536), 1)
+        try("set", "k", {}) try("set", "k", 1, -1) try("set", "k", 1, 0 / 0) try("set", "k", 1, "x")
+        try("set", "k", 1, 0, -1) try("set", "k", 1, 0, 1.5) try("set", "k", 1, 0, "x")
+        try("add", "k", nil) try("replace", "k", nil)
+        show(pcall(d.get, {}, "k")) show(pcall(d.set, 1, "k", 1))
+        print(vmpool._dict_ffi)
+      ]]
+      local with_ffi, status = Sub.run(script)
+      assert.are.equal(0, status, with_ffi)
+      local without, status2 = Sub.run('package.preload.ffi = function() error("no ffi here") end\n' .. script)
+      assert.are.equal(0, status2, without)
+      assert.matches("\ntrue\n$", with_ffi)
+      assert.matches("\nno ffi module\n$", without)
+      local a = with_ffi:gsub("\n[^\n]*\n$", "\n")
+      local b = without:gsub("\n[^\n]*\n$", "\n")
+      assert.are.equal(b, a)
+    end)
+  end)
 end)

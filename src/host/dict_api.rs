@@ -30,6 +30,13 @@ pub struct SharedHandle {
     named: Arc<Named>,
 }
 
+impl SharedHandle {
+    /// The dictionary (for the FFI path, `dict_ffi.rs`).
+    pub fn named(&self) -> &Named {
+        &self.named
+    }
+}
+
 impl Tagged for SharedHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0005;
 }
@@ -569,8 +576,14 @@ fn get_stale_impl(st: State) -> Result<c_int, Error> {
 fn store_common(st: State, method: &str, mode: Mode, safe: bool) -> Result<c_int, Error> {
     let d = this(st, method)?;
     let k = key(st, 2, method)?;
-    let v = value(st, 3, method)?;
-    if v.is_none() && mode != Mode::Set {
+    // a string is copied only if it cannot overwrite the stored one in place (below)
+    let is_string = st.type_of(3) == TSTRING;
+    let v = if is_string {
+        None
+    } else {
+        value(st, 3, method)?
+    };
+    if v.is_none() && !is_string && mode != Mode::Set {
         return Err(bad(
             2,
             method,
@@ -579,6 +592,15 @@ fn store_common(st: State, method: &str, mode: Mode, safe: bool) -> Result<c_int
     }
     let exptime = ttl_arg(st, 4, method, "exptime", false)?;
     let flags = uint_arg(st, 5, method, "flags", 0, u32::MAX as u64)? as u32;
+    let v = if is_string {
+        let bytes = st.string_bytes(3);
+        if let Some(w) = d.dict.overwrite_string(mode, k, bytes, exptime, flags) {
+            return stored(st, method, Ok(w));
+        }
+        Some(Scalar::Str(copy(bytes, method)?))
+    } else {
+        v
+    };
     stored(st, method, d.dict.store(mode, safe, k, v, exptime, flags))
 }
 

@@ -11,6 +11,7 @@ pub mod call_io;
 #[cfg(feature = "count-alloc")]
 pub mod count_alloc;
 pub mod dict_api;
+pub mod dict_ffi;
 pub mod driver_api;
 pub mod future_api;
 pub mod map_api;
@@ -36,6 +37,8 @@ const NGX_GLUE: &str = include_str!("../lua/ngx.lua");
 /// The event-loop adapters (`native._luv_source`, `native._cqueues_source`).
 const LUV_GLUE: &str = include_str!("../lua/luv.lua");
 const CQUEUES_GLUE: &str = include_str!("../lua/cqueues.lua");
+/// The LuaJIT FFI path of `vmpool.shared` (`native._dict_ffi_source`, see `dict_ffi.rs`).
+const DICT_FFI_GLUE: &str = include_str!("../lua/dict_ffi.lua");
 /// `require "vmpool.luv"` through the library's `luaopen_vmpool_luv`: loading `vmpool` registers
 /// the adapters in `package.preload`.
 const ADAPTER_LOADER: &str = r#"local name = ...
@@ -259,6 +262,12 @@ fn build(st: State) -> Result<c_int, Error> {
     st.raw_set_str(native, "_luv_source");
     st.push_str(CQUEUES_GLUE);
     st.raw_set_str(native, "_cqueues_source");
+    st.push_str(DICT_FFI_GLUE);
+    st.raw_set_str(native, "_dict_ffi_source");
+    if let Some(path) = crate::sys::library_path() {
+        st.push_bytes(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()));
+        st.raw_set_str(native, "_library_path");
+    }
 
     if st.load_text(GLUE.as_bytes(), "vmpool.lua") != 0 {
         return Err(Error::Internal(format!(

@@ -102,6 +102,27 @@ pub fn get<'a, T: Tagged>(st: State, idx: c_int) -> Option<&'a mut Boxed<T>> {
     }
 }
 
+/// The value of the `Boxed<T>` whose payload is at `p` (an FFI caller's userdata), if it is one
+/// that has not been finalized.
+///
+/// # Safety
+/// `p` is the payload of a full userdata of exactly `size_of::<Boxed<T>>()` bytes that
+/// [`push::<T>`] made, alive while the reference is used (the FFI callers pass only handles the
+/// module made, and hold them as arguments for the duration of the call).
+pub unsafe fn peek<'a, T: Tagged>(p: *const std::ffi::c_void) -> Option<&'a T> {
+    let p = p as *const Boxed<T>;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: guaranteed by the caller; the tag is checked anyway, as `get` does.
+    unsafe {
+        if std::ptr::addr_of!((*p).tag).read() != T::TAG || !(*p).live {
+            return None;
+        }
+        Some(&(*p).value)
+    }
+}
+
 /// Drops the value of the `Boxed<T>` at `idx` (the `__gc` metamethod). Safe to call twice.
 pub fn finalize<T: Tagged>(st: State, idx: c_int) {
     if let Some(b) = get::<T>(st, idx) {

@@ -16,7 +16,7 @@ local M = {
   _VERSION = native._VERSION,
   runtime = native.runtime,
   _sys = native._sys, -- "linux" or "portable" (the portable-sys build: src/sys.rs), for the specs
-  shared = native.shared,
+  shared = native.shared, -- on LuaJIT, wrapped below (the FFI path of its methods)
   _ngx_state = native._ngx_state, -- pool states in nginx: sets their `ngx` (src/lua/ngx_state.lua)
   new = native.new,
   clock = native.clock,
@@ -262,6 +262,28 @@ end
 if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
   local load_text = loadstring or load -- luacheck: ignore 113
   M.ngx, host_co_invoke, host_co_map = assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
+end
+
+-- On LuaJIT the busiest methods of vmpool.shared's dictionaries go through the FFI
+-- (src/lua/dict_ffi.lua); without the ffi module, or if it cannot load the library, they stay C
+-- functions. `vmpool._dict_ffi` says which (true, or the reason as a string), for the specs.
+if type(jit) == "table" then -- luacheck: ignore 113
+  local has_ffi = pcall(require, "ffi")
+  if has_ffi then
+    local load_text = loadstring or load -- luacheck: ignore 113
+    local register, why = assert(load_text(native._dict_ffi_source, "=vmpool/dict_ffi.lua"))(native)
+    if register then
+      local c_shared = native.shared
+      M.shared = function(...)
+        return register(c_shared(...))
+      end
+      M._dict_ffi = true
+    else
+      M._dict_ffi = why
+    end
+  else
+    M._dict_ffi = "no ffi module"
+  end
 end
 
 -- The event-loop adapters, compiled into the library: `require "vmpool.luv"` and `require

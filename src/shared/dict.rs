@@ -464,6 +464,47 @@ impl Dict {
         self.put(own, &mut map, key, entry, safe)
     }
 
+    /// The common rewrite of a string, done without allocating: `set` (or `replace` of a live
+    /// key) of a string as long as the one stored, whose bytes are overwritten in place (and the
+    /// entry made the most recently used, as any write does). Returns `None`, having changed
+    /// nothing, when that does not apply; the caller then copies the value and calls
+    /// [`Dict::store`].
+    ///
+    /// Why: a copy per `set` means a `malloc` in the writing thread and a `free` of the old value
+    /// under the shard's lock, often of memory another thread allocated, which takes that
+    /// thread's allocator arena lock: with several threads writing the same keys it was the
+    /// dictionary's main cost (bench/shared.lua, "scaling").
+    pub fn overwrite_string(
+        &self,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        ttl: u64,
+        flags: u32,
+    ) -> Option<Written> {
+        if mode == Mode::Add {
+            return None;
+        }
+        let now = self.now();
+        let mut map = self.shards[self.shard(key)].lock();
+        self.expire_tail(&mut map, now);
+        let deadline = self.deadline(ttl, now);
+        let e = map.peek_mut(key)?;
+        if mode == Mode::Replace && e.expired(now) {
+            return None;
+        }
+        match &mut e.value {
+            Stored::Scalar(Scalar::Str(b)) if b.len() == value.len() => {
+                b.copy_from_slice(value);
+                e.flags = flags;
+                e.expires = deadline;
+            }
+            _ => return None,
+        }
+        map.promote(key);
+        Some(Written { forcible: false })
+    }
+
     /// Puts `entry` under `key`, replacing what is there: the old entry's bytes are reused, more
     /// are reserved (evicting unless `safe`); if there is no room the old entry stays.
     fn put(
@@ -787,6 +828,60 @@ mod tests {
                 forcible: false
             })
         );
+    }
+
+    #[test]
+    fn a_string_of_the_same_length_is_overwritten_in_place_and_becomes_the_most_recently_used() {
+        let entry = scalar_size(b"k0", &s("0123456789"));
+        let d = Dict::new(entry * 3, 1);
+        for k in ["k0", "k1", "k2"] {
+            d.store(Mode::Set, false, k.as_bytes(), Some(s("0123456789")), 0, 0)
+                .unwrap();
+        }
+        let before = d.free_space();
+        let w = d.overwrite_string(Mode::Set, b"k0", b"abcdefghij", ttl_ns(5.0), 9);
+        assert_eq!(w, Some(Written { forcible: false }));
+        assert_eq!(d.free_space(), before, "the same size is accounted");
+        assert_eq!(
+            d.get(b"k0", false),
+            Got::Value {
+                value: s("abcdefghij"),
+                flags: 9,
+                stale: false
+            }
+        );
+        assert_eq!(d.ttl(b"k0").map(|t| (t as f64 / 1e9).round()), Some(5.0));
+        // k1 is the least recently used now, so a new key evicts it, not k0
+        d.store(Mode::Set, false, b"k3", Some(s("0123456789")), 0, 0)
+            .unwrap();
+        assert!(got(&d, "k1").is_none() && got(&d, "k0").is_some());
+        // what it does not do, leaving the entry as it was: another length, add, a missing
+        // key, a replace of an expired key, a non-string
+        assert_eq!(d.overwrite_string(Mode::Set, b"k0", b"short", 0, 0), None);
+        assert_eq!(
+            d.overwrite_string(Mode::Add, b"k0", b"0123456789", 0, 0),
+            None
+        );
+        assert_eq!(
+            d.overwrite_string(Mode::Set, b"nope", b"0123456789", 0, 0),
+            None
+        );
+        d.advance(10.0);
+        assert_eq!(
+            d.overwrite_string(Mode::Replace, b"k0", b"ABCDEFGHIJ", 0, 0),
+            None
+        );
+        assert!(matches!(d.get(b"k0", true), Got::Value { stale: true, .. }));
+        d.store(
+            Mode::Set,
+            false,
+            b"n",
+            Some(Scalar::Num(Number::Int(1))),
+            0,
+            0,
+        )
+        .unwrap();
+        assert_eq!(d.overwrite_string(Mode::Set, b"n", b"12345678", 0, 0), None);
     }
 
     #[test]

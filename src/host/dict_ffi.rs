@@ -1,0 +1,263 @@
+//! The LuaJIT FFI path of `vmpool.shared`'s busiest methods (`get`, `get_stale`, `set`,
+//! `safe_set`, `add`, `safe_add`, `replace`, `delete`): plain C functions that
+//! `src/lua/dict_ffi.lua` calls through `ffi.load` of this library.
+//!
+//! Why: a classic Lua C function ends a LuaJIT trace and pays the C API's stack traffic, and a
+//! string result needs a protected push; an FFI call is compiled into the trace, and the Lua side
+//! makes the string with `ffi.string`. resty.core reaches `ngx.shared.DICT` the same way.
+//!
+//! The functions answer only the common case and otherwise return [`FALLBACK`]: the Lua side
+//! then calls the method's C function with the same arguments, which gives the answer or raises
+//! the `vmpool:` error. So every message, and every case this file does not handle (a dictionary
+//! inherited through `fork()`, a list, a key that is a number or has a bad length, a bad TTL or
+//! flags, memory the system refuses), stays defined in one place, `dict_api.rs`.
+//!
+//! No function here raises or unwinds: they return codes, and a panic (there is none to expect)
+//! aborts at the `extern "C"` boundary rather than unwinding into LuaJIT.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use crate::host::dict_api::SharedHandle;
+use crate::host::userdata;
+use crate::shared::dict::{self, Found, Kind, Mode, Number, Scalar};
+
+/// Not handled here: call the method's C function.
+pub const FALLBACK: c_int = -1;
+
+/// What `vmpool_dict_get` found besides its return code (the layout `dict_ffi.lua` declares).
+#[repr(C)]
+pub struct DictValue {
+    /// The number, when the code is `NUMBER`.
+    pub num: f64,
+    /// A string's length, when the code is `STRING` or `STRING_TOO_LONG`.
+    pub len: usize,
+    pub flags: u32,
+    /// `get_stale`: whether the value has expired.
+    pub stale: c_int,
+}
+
+pub const MISSING: c_int = 0;
+pub const FALSE: c_int = 1;
+pub const TRUE: c_int = 2;
+pub const NUMBER: c_int = 3;
+/// The string is in the caller's buffer.
+pub const STRING: c_int = 4;
+/// The string did not fit: `len` says how long it is; the caller retries with a buffer that large.
+pub const STRING_TOO_LONG: c_int = 5;
+
+thread_local! {
+    /// The bytes of the last string found, reused (copied out under the shard's lock, then into
+    /// the caller's buffer).
+    static BYTES: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// The dictionary of the handle whose payload is at `ud`, if it is usable in this process.
+///
+/// # Safety
+/// `ud` is the payload of a full userdata that `vmpool.shared` made (dict_ffi.lua passes only
+/// handles it registered), alive for the duration of the call.
+unsafe fn named<'a>(ud: *const c_void) -> Option<&'a crate::shared::Named> {
+    // SAFETY: guaranteed by the caller; `peek` checks the tag and that the value is not finalized.
+    let handle = unsafe { userdata::peek::<SharedHandle>(ud) }?;
+    let named = handle.named();
+    named.check_process().ok()?;
+    Some(named)
+}
+
+/// # Safety
+/// `ptr` points to `len` readable bytes (a Lua string the caller keeps alive during the call).
+unsafe fn bytes<'a>(ptr: *const c_char, len: usize) -> &'a [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
+}
+
+/// `dict:get(key)` (`stale` 0) or `dict:get_stale(key)` (`stale` 1) of a string key. A string
+/// value is copied into `buf` (`cap` bytes) if it fits.
+///
+/// # Safety
+/// `ud` as for [`named`]; `key` points to `klen` bytes; `buf` to `cap` writable bytes; `out` to a
+/// writable [`DictValue`].
+#[no_mangle]
+pub unsafe extern "C" fn vmpool_dict_get(
+    ud: *const c_void,
+    key: *const c_char,
+    klen: usize,
+    stale: c_int,
+    buf: *mut c_char,
+    cap: usize,
+    out: *mut DictValue,
+) -> c_int {
+    // SAFETY: guaranteed by the caller.
+    let Some(named) = (unsafe { named(ud) }) else {
+        return FALLBACK;
+    };
+    if klen == 0 || klen > dict::MAX_KEY {
+        return FALLBACK;
+    }
+    // SAFETY: guaranteed by the caller.
+    let key = unsafe { bytes(key, klen) };
+    // SAFETY: guaranteed by the caller.
+    let out = unsafe { &mut *out };
+    let mut found_bytes = BYTES.with(|b| b.take());
+    let found = named.dict.get_into(key, stale != 0, &mut found_bytes);
+    let code = match found {
+        Found::Missing => MISSING,
+        Found::List | Found::NoMemory => FALLBACK,
+        Found::Value {
+            value,
+            flags,
+            stale,
+        } => {
+            out.flags = flags;
+            out.stale = c_int::from(stale);
+            match value {
+                Kind::Bool(false) => FALSE,
+                Kind::Bool(true) => TRUE,
+                Kind::Num(Number::Int(i)) => {
+                    out.num = i as f64;
+                    NUMBER
+                }
+                Kind::Num(Number::Float(f)) => {
+                    out.num = f;
+                    NUMBER
+                }
+                Kind::Str => {
+                    out.len = found_bytes.len();
+                    if found_bytes.len() <= cap {
+                        // SAFETY: `buf` has `cap` writable bytes (the caller's guarantee), at
+                        // least the string's length; the thread-local vector does not overlap it.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                found_bytes.as_ptr(),
+                                buf as *mut u8,
+                                found_bytes.len(),
+                            )
+                        };
+                        STRING
+                    } else {
+                        STRING_TOO_LONG
+                    }
+                }
+            }
+        }
+    };
+    if found_bytes.capacity() <= 64 * 1024 {
+        BYTES.with(|b| b.set(found_bytes)); // big values do not stay resident
+    }
+    code
+}
+
+/// What `vmpool_dict_store` was given as the value.
+pub const VALUE_NIL: c_int = 0;
+pub const VALUE_FALSE: c_int = 1;
+pub const VALUE_TRUE: c_int = 2;
+pub const VALUE_NUMBER: c_int = 3;
+pub const VALUE_STRING: c_int = 4;
+
+/// Which write (`mode`): 0 set, 1 add, 2 replace (as [`Mode`]).
+fn mode_of(mode: c_int) -> Option<Mode> {
+    match mode {
+        0 => Some(Mode::Set),
+        1 => Some(Mode::Add),
+        2 => Some(Mode::Replace),
+        _ => None,
+    }
+}
+
+/// `dict:set/safe_set/add/safe_add/replace(key, value, exptime, flags)` of a string key, and
+/// `delete` (a set of nil). `exptime` is in seconds (0 = none), `flags` a number. Returns 1 when
+/// stored, 0 when refused (`*err`, `*errlen`: ngx's message, such as "exists" or "no memory"), and
+/// `*forcible` whether live entries were evicted.
+///
+/// # Safety
+/// `ud` as for [`named`]; `key` points to `klen` bytes and `s` to `slen` bytes (when `vtype` is
+/// [`VALUE_STRING`]); `err`, `errlen` and `forcible` are writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn vmpool_dict_store(
+    ud: *const c_void,
+    mode: c_int,
+    safe: c_int,
+    key: *const c_char,
+    klen: usize,
+    vtype: c_int,
+    num: f64,
+    s: *const c_char,
+    slen: usize,
+    exptime: f64,
+    flags: f64,
+    err: *mut *const c_char,
+    errlen: *mut usize,
+    forcible: *mut c_int,
+) -> c_int {
+    // SAFETY: guaranteed by the caller.
+    let Some(named) = (unsafe { named(ud) }) else {
+        return FALLBACK;
+    };
+    let Some(mode) = mode_of(mode) else {
+        return FALLBACK;
+    };
+    if klen == 0 || klen > dict::MAX_KEY {
+        return FALLBACK;
+    }
+    // NaN fails every comparison: the C function explains what is wrong
+    let exptime_ok = exptime >= 0.0;
+    let flags_ok = flags >= 0.0 && flags <= u32::MAX as f64 && flags.fract() == 0.0;
+    if !(exptime_ok && flags_ok) {
+        return FALLBACK;
+    }
+    let value = match vtype {
+        VALUE_NIL if mode == Mode::Set => None,
+        VALUE_FALSE => Some(Scalar::Bool(false)),
+        VALUE_TRUE => Some(Scalar::Bool(true)),
+        VALUE_NUMBER => Some(Scalar::Num(Number::Float(num))),
+        VALUE_STRING => {
+            // SAFETY: guaranteed by the caller.
+            let s = unsafe { bytes(s, slen) };
+            // SAFETY: guaranteed by the caller.
+            let key = unsafe { bytes(key, klen) };
+            if let Some(w) =
+                named
+                    .dict
+                    .overwrite_string(mode, key, s, dict::ttl_ns(exptime), flags as u32)
+            {
+                // SAFETY: the out-parameters are writable (the caller's guarantee).
+                unsafe { *forcible = c_int::from(w.forcible) };
+                return 1;
+            }
+            match dict::try_copy(s) {
+                Some(b) => Some(Scalar::Str(b)),
+                None => return FALLBACK, // the C function reports the refused memory
+            }
+        }
+        _ => return FALLBACK,
+    };
+    // SAFETY: guaranteed by the caller.
+    let key = unsafe { bytes(key, klen) };
+    let r = named.dict.store(
+        mode,
+        safe != 0,
+        key,
+        value,
+        dict::ttl_ns(exptime),
+        flags as u32,
+    );
+    // SAFETY: the out-parameters are writable (the caller's guarantee).
+    unsafe {
+        match r {
+            Ok(w) => {
+                *forcible = c_int::from(w.forcible);
+                1
+            }
+            Err(refused) => {
+                *forcible = c_int::from(refused.forcible);
+                *err = refused.err.as_ptr() as *const c_char;
+                *errlen = refused.err.len();
+                0
+            }
+        }
+    }
+}

@@ -1,0 +1,164 @@
+-- The LuaJIT FFI path of vmpool.shared, compiled into the library and run by vmpool.lua on LuaJIT
+-- (see src/host/dict_ffi.rs for why). Given the library's native table, it returns a function
+-- that vmpool.shared passes each new handle through: the first one's methods table gets FFI
+-- versions of get, get_stale, set, safe_set, add, safe_add, replace and delete.
+--
+-- Each FFI method handles the common case (a handle of this module, a string key, a value and
+-- options of the right types) and hands anything else to the method's C function, unchanged:
+-- the C functions keep every error message and every rare case (lists, fork, refused memory).
+-- Handles are recognised by a weak set of the ones vmpool.shared returned, so a value of any
+-- other type never reaches the C side as a pointer.
+
+local native = ...
+
+local ffi = require "ffi"
+local path = native._library_path
+if not path then
+  return nil, "the library's path is unknown"
+end
+
+local declared = pcall(ffi.cdef, [[
+  typedef struct { double num; size_t len; uint32_t flags; int stale; } vmpool_dict_value;
+  int vmpool_dict_get(void *ud, const char *key, size_t klen, int stale, char *buf, size_t cap,
+                      vmpool_dict_value *out);
+  int vmpool_dict_store(void *ud, int mode, int safe, const char *key, size_t klen, int vtype,
+                        double num, const char *s, size_t slen, double exptime, double flags,
+                        const char **err, size_t *errlen, int *forcible);
+]])
+if not declared then
+  return nil, "the FFI declarations clash with ones already made"
+end
+local loaded, C = pcall(ffi.load, path)
+if not loaded then
+  return nil, tostring(C)
+end
+
+local type, tonumber, setmetatable = type, tonumber, setmetatable
+local ffi_string, ffi_new = ffi.string, ffi.new
+
+-- the codes of dict_ffi.rs
+local MISSING, FALSE, TRUE, NUMBER, STRING, STRING_TOO_LONG = 0, 1, 2, 3, 4, 5
+local VALUE_NIL, VALUE_FALSE, VALUE_TRUE, VALUE_NUMBER, VALUE_STRING = 0, 1, 2, 3, 4
+local SET, ADD, REPLACE = 0, 1, 2
+
+local known = setmetatable({}, { __mode = "k" }) -- handles vmpool.shared returned
+local out = ffi_new("vmpool_dict_value[1]")
+local err_ptr = ffi_new("const char *[1]")
+local err_len = ffi_new("size_t[1]")
+local forcible = ffi_new("int[1]")
+-- strings up to this size come back through one reused buffer; longer ones through their own
+local BUFFER_SIZE = 4096
+local buffer = ffi_new("char[?]", BUFFER_SIZE)
+
+local patched = false
+
+local function patch(methods)
+  local c_get, c_get_stale = methods.get, methods.get_stale
+
+  -- get and get_stale: value[, flags] and value, flags|nil, stale
+  local function getter(c_method, stale)
+    return function(self, key)
+      if known[self] == nil or type(key) ~= "string" then
+        return c_method(self, key)
+      end
+      local buf, cap = buffer, BUFFER_SIZE
+      local code = C.vmpool_dict_get(self, key, #key, stale, buf, cap, out)
+      while code == STRING_TOO_LONG do -- again with a buffer of its size (the value may change)
+        cap = tonumber(out[0].len)
+        buf = ffi_new("char[?]", cap)
+        code = C.vmpool_dict_get(self, key, #key, stale, buf, cap, out)
+      end
+      local v
+      if code == STRING then
+        v = ffi_string(buf, out[0].len)
+      elseif code == NUMBER then
+        v = out[0].num
+      elseif code == MISSING then
+        return nil
+      elseif code == TRUE then
+        v = true
+      elseif code == FALSE then
+        v = false
+      else -- FALLBACK (-1)
+        return c_method(self, key)
+      end
+      local flags = out[0].flags
+      if stale == 0 then
+        if flags ~= 0 then
+          return v, flags
+        end
+        return v
+      end
+      return v, flags ~= 0 and flags or nil, out[0].stale ~= 0
+    end
+  end
+  methods.get = getter(c_get, 0)
+  methods.get_stale = getter(c_get_stale, 1)
+
+  -- the writes: true, nil, forcible | false, err, forcible (delete: a set of nil)
+  local function writer(c_method, mode, safe)
+    return function(self, key, value, exptime, flags)
+      if known[self] == nil or type(key) ~= "string" then
+        return c_method(self, key, value, exptime, flags)
+      end
+      local tv, vtype, num, s, slen = type(value), VALUE_NIL, 0, nil, 0
+      if tv == "string" then
+        vtype, s, slen = VALUE_STRING, value, #value
+      elseif tv == "number" then
+        vtype, num = VALUE_NUMBER, value
+      elseif value == true then
+        vtype = VALUE_TRUE
+      elseif value == false then
+        vtype = VALUE_FALSE
+      elseif value ~= nil then
+        return c_method(self, key, value, exptime, flags)
+      end
+      if exptime == nil then
+        exptime = 0
+      elseif type(exptime) ~= "number" then
+        return c_method(self, key, value, exptime, flags)
+      end
+      if flags == nil then
+        flags = 0
+      elseif type(flags) ~= "number" then
+        return c_method(self, key, value, exptime, flags)
+      end
+      local code = C.vmpool_dict_store(self, mode, safe, key, #key, vtype, num, s, slen, exptime, flags,
+        err_ptr, err_len, forcible)
+      if code == 1 then
+        return true, nil, forcible[0] ~= 0
+      elseif code == 0 then
+        return false, ffi_string(err_ptr[0], err_len[0]), forcible[0] ~= 0
+      end
+      return c_method(self, key, value, exptime, flags) -- FALLBACK (-1)
+    end
+  end
+  methods.set = writer(methods.set, SET, 0)
+  methods.safe_set = writer(methods.safe_set, SET, 1)
+  methods.add = writer(methods.add, ADD, 0)
+  methods.safe_add = writer(methods.safe_add, ADD, 1)
+  methods.replace = writer(methods.replace, REPLACE, 0)
+  local c_delete = methods.delete
+  methods.delete = function(self, key)
+    if known[self] == nil or type(key) ~= "string" then
+      return c_delete(self, key)
+    end
+    local code = C.vmpool_dict_store(self, SET, 0, key, #key, VALUE_NIL, 0, nil, 0, 0, 0, err_ptr, err_len,
+      forcible)
+    if code == 1 then
+      return true, nil, false
+    end
+    return c_delete(self, key)
+  end
+end
+
+-- vmpool.shared passes each handle it returns through this.
+return function(handle)
+  known[handle] = true
+  if not patched then
+    patched = true
+    -- the metatable is hidden from getmetatable (__metatable = false)
+    patch(debug.getmetatable(handle).__index)
+  end
+  return handle
+end
