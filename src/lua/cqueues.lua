@@ -32,7 +32,7 @@ local condition = require "cqueues.condition"
 local cqueues_running, cqueues_poll = cqueues.running, cqueues.poll
 local new_condition = condition.new
 local coroutine_running = coroutine.running
-local error, type, setmetatable, pairs = error, type, setmetatable, pairs
+local setmetatable, pairs = setmetatable, pairs
 local isyieldable = coroutine.isyieldable or native._yieldable
 local Future = native.future_methods
 local future_wait = Future.wait
@@ -197,24 +197,18 @@ add_loop {
   co_invoke = co_invoke,
 }
 
-local is_future = shared.is_future
+local check_future, check_not_awaited = shared.check_future, shared.check_not_awaited
 
 --- vmpool.cqueues.await(fut): in a coroutine a cqueues controller runs, yields until the future's
 --- call finished, then returns its results (or raises its error). Elsewhere it blocks like
 --- fut:wait().
 function A.await(fut)
-  if not is_future(fut) then
-    error("vmpool: bad argument #1 to 'vmpool.cqueues.await': expected a future (from pool:submit), got "
-      .. type(fut), 2)
-  end
+  check_future(fut, "vmpool.cqueues.await")
   local cq, managed = cqueues_running()
   if not (managed and coroutine_running() and isyieldable()) then
     return future_wait(fut)
   end
-  if awaited[fut] then
-    error("vmpool: this future is already awaited by another coroutine; await it in one coroutine "
-      .. "and hand its results to the others", 2)
-  end
+  check_not_awaited(fut, awaited)
   local s = state_of(cq, FUTURES)
   local token = s.notifier:_token()
   if not fut:_subscribe(s.notifier, token) then

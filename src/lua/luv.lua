@@ -260,23 +260,17 @@ add_loop {
   co_invoke = co_invoke,
 }
 
-local is_future = shared.is_future
+local check_future, check_not_awaited = shared.check_future, shared.check_not_awaited
 
 --- vmpool.luv.await(fut): in a coroutine of vmpool.luv.spawn, yields until the future's call
 --- finished, then returns its results (or raises its error). Elsewhere it blocks like fut:wait().
 function A.await(fut)
-  if not is_future(fut) then
-    error("vmpool: bad argument #1 to 'vmpool.luv.await': expected a future (from pool:submit), got "
-      .. type(fut), 2)
-  end
+  check_future(fut, "vmpool.luv.await")
   local co = coroutine_running()
   if not (co and driven[co] and isyieldable()) then
     return future_wait(fut)
   end
-  if awaited[fut] then
-    error("vmpool: this future is already awaited by another coroutine; await it in one coroutine "
-      .. "and hand its results to the others", 2)
-  end
+  check_not_awaited(fut, awaited)
   local s = states[FUTURES] or state_of(FUTURES)
   local notifier = s.notifier
   local token = notifier:_token()

@@ -98,8 +98,28 @@ local function is_future(v)
   return mt and mt.__index == Future
 end
 
+-- The argument check of the adapters' await(fut) (`name`: 'vmpool.luv.await', ...); the error
+-- points at await's caller.
+local function check_future(fut, name)
+  if not is_future(fut) then
+    error("vmpool: bad argument #1 to '" .. name .. "': expected a future (from pool:submit), got "
+      .. type(fut), 3)
+  end
+end
+
+-- The adapters' refusal of a second coroutine awaiting a future (`awaited`: their set of the
+-- futures a coroutine awaits).
+local function check_not_awaited(fut, awaited)
+  if awaited[fut] then
+    error("vmpool: this future is already awaited by another coroutine; await it in one coroutine "
+      .. "and hand its results to the others", 3)
+  end
+end
+
 -- What the event-loop adapters share with this file (their fourth argument).
-local shared = { describe = describe, is_future = is_future }
+local shared = {
+  describe = describe, is_future = is_future, check_future = check_future, check_not_awaited = check_not_awaited,
+}
 
 -- After resuming `co`, when it did not simply yield to wait for a call.
 function Driver:stepped(co, ok, first)
