@@ -33,8 +33,9 @@ local function verdict(s, goal, at_least)
   if not s then return "–" end
   local m = s.median
   if (at_least and m >= goal) or (not at_least and m <= goal) then return "**met**" end
-  local gap = at_least and (1 - m / goal) or (m / goal - 1)
-  return string.format("**not met** (%.0f%% %s)", gap * 100, at_least and "short" or "over")
+  if at_least then return string.format("**not met** (%.0f%% short)", (1 - m / goal) * 100) end
+  if m >= 2 * goal then return string.format("**not met** (%.1f× the limit)", m / goal) end
+  return string.format("**not met** (%.0f%% over)", (m / goal - 1) * 100)
 end
 
 --- Says why a result is missing (not run, skipped, failed); true when it is.
