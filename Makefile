@@ -33,8 +33,9 @@ test: deps
 bench: deps
 	@BENCH_ENTRY="make bench" bench/run.sh micro
 
-# make report: every benchmark, then bench/REPORT.md and bench/charts/*.svg (about 10 minutes on 2
-# CPUs plus the first build; BENCH_QUICK=1 make report takes about 3)
+# make report: every benchmark, then bench/REPORT.md and bench/charts/*.svg (about 12.5 minutes on 2
+# CPUs plus the first build, the heavy-work suite's 2.5 estimated; BENCH_QUICK=1 make report takes
+# about 3)
 report: deps
 	@BENCH_ENTRY="make report" bench/run.sh report
 

@@ -7,7 +7,15 @@
 -- Settings: BENCH_REPS (rounds, default 5), BENCH_QUICK=1 (one short round: checks that the
 -- script works, as CI runs it; its figures mean nothing), MAP_ITEMS (trivial items, 2,000,000),
 -- MAP_HEAVY (heavy items, 400), MAP_WORK (loop iterations per heavy item, about 1 ms: 100,000).
+-- --out=FILE also writes every round's figures, the settings and the load average to FILE as a Lua
+-- literal (`return {...}`, what bench/run.lua's report suite reads).
+local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
+package.path = dir .. "/lib/?.lua;" .. package.path
+
+local B = require "benchlib"
 local vmpool = require "vmpool"
+
+local OUT = B.options(arg or {}).out
 
 local QUICK = os.getenv("BENCH_QUICK") == "1"
 local REPS = tonumber(os.getenv("BENCH_REPS")) or (QUICK and 1 or 5)
@@ -15,6 +23,7 @@ local ITEMS = tonumber(os.getenv("MAP_ITEMS")) or (QUICK and 20000 or 2000000)
 local HEAVY = tonumber(os.getenv("MAP_HEAVY")) or (QUICK and 16 or 400)
 local WORK = tonumber(os.getenv("MAP_WORK")) or (QUICK and 1000 or 100000)
 local IN_FLIGHT = QUICK and 100 or 4000
+local CO_CALLS = math.min(ITEMS, QUICK and 2000 or 400000) -- calls per co_invoke measurement
 
 local CHUNK = [[
 function id(x) return x end
@@ -84,8 +93,9 @@ end
 local probe = vmpool.new()
 local cpus = probe:stats().core -- the default core: the CPUs this process may use
 probe:close()
+local load_before = loadavg()
 print(string.format("bench/map.lua on %s, %d CPUs, load average before: %s%s", vmpool.runtime, cpus,
-  loadavg(), QUICK and " (BENCH_QUICK=1: a check that the script runs, not a measurement)" or ""))
+  load_before, QUICK and " (BENCH_QUICK=1: a check that the script runs, not a measurement)" or ""))
 
 local list = {}
 for i = 1, ITEMS do list[i] = i end
@@ -103,7 +113,7 @@ heavy_time(two, heavy)
 local mapped, invoked, ratio, t1s, t2s, eff, cpu2 = {}, {}, {}, {}, {}, {}, {}
 for r = 1, REPS do
   mapped[r] = map_rate(pool, list)
-  invoked[r] = co_invoke_rate(pool, math.min(ITEMS, QUICK and 2000 or 400000))
+  invoked[r] = co_invoke_rate(pool, CO_CALLS)
   ratio[r] = mapped[r] / invoked[r]
   -- alternate which pool goes first, so that a drift in the machine's load hits both alike
   if r % 2 == 1 then
@@ -126,7 +136,20 @@ print(string.format("scaling efficiency (1-state time / 2-state time / 2), per r
   summary(eff, "%.3f")))
 print(string.format("CPUs the process got during the 2-state maps: %s (below 2: a loaded machine)",
   summary(cpu2, "%.2f")))
-print("load average after: " .. loadavg())
+local load_after = loadavg()
+print("load average after: " .. load_after)
 pool:close()
 one:close()
 two:close()
+
+if OUT then
+  -- the raw figures of every round: whoever reads the file computes the ratios and medians
+  local f = assert(io.open(OUT, "w"))
+  f:write("return ", B.literal {
+    runtime = vmpool.runtime, cpus = cpus, quick = QUICK, rounds = REPS, items = ITEMS, heavy_items = HEAVY,
+    heavy_work = WORK, in_flight = IN_FLIGHT, co_invoke_calls = CO_CALLS,
+    map_items_per_s = mapped, co_invoke_calls_per_s = invoked, heavy_1state_s = t1s, heavy_2states_s = t2s,
+    cpus_during_2states = cpu2, loadavg_before = load_before, loadavg_after = load_after,
+  }, "\n")
+  f:close()
+end

@@ -2,7 +2,7 @@
 -- bench/run.sh after the suites; `bench/run.sh render` reruns it alone). Every number, and every
 -- comparison the prose makes, is computed from those results: rerunning the suites on another
 -- machine rewrites the analysis to match its numbers. One module per section in bench/report/
--- (header, targets, micro, peers, workload, callgrind, analysis, seed), on top of report/results.lua (the
+-- (header, targets, micro, peers, workload, callgrind, heavy, analysis, seed), on top of report/results.lua (the
 -- saved results and their summaries), report/format.lua (numbers, comparisons) and report/doc.lua
 -- (the Markdown being written).
 --
@@ -37,17 +37,18 @@ for _, s in ipairs {
   { "2. Peers: Lua Lanes and effil in the same run", "peers" },
   { "3. Workload: strategies × parallelism × CPUs", "workload", true },
   { "4. Instructions per call (callgrind)", "callgrind", true },
-  { "5. Analysis", "analysis" },
-  { "6. The seed report's figures (gopher-lua, for reference only)", "seed" },
+  { "5. Heavy work: OpenResty, parallel speedup and `pool:map`", "heavy", true },
+  { "6. Analysis", "analysis" },
+  { "7. The seed report's figures (gopher-lua, for reference only)", "seed" },
 } do
   w("## ", s[1])
   w("")
   require("report." .. s[2]).section(s[3])
 end
-w("## 7. Method and reruns")
+w("## 8. Method and reruns")
 w("")
 w("See `bench/README.md`: what each suite measures, how runs are interleaved, and how to rerun one part " ..
-  "(`bench/run.sh micro|workload|callgrind`, `bench/compare A B`). Raw results of this report: `bench/out/*.dat` " ..
-  "(not committed; every single run is kept there).")
+  "(`bench/run.sh micro|workload|callgrind|heavy`, `bench/compare A B`). Raw results of this report: " ..
+  "`bench/out/*.dat` (not committed; every single run is kept there).")
 D.write_file("bench/REPORT.md", D.text())
 print("bench: wrote bench/REPORT.md and bench/charts/*.svg")

@@ -7,13 +7,17 @@
 --   lua5.4 bench/run.lua micro       repeated micro benchmark         -> bench/out/micro.dat
 --   lua5.4 bench/run.lua workload    strategies x P x CPUs            -> bench/out/workload.dat
 --   lua5.4 bench/run.lua callgrind   instructions per call + profile  -> bench/out/callgrind.dat
---   lua5.4 bench/run.lua report      all three (-> bench/out/report-*.dat), then bench/report.lua
+--   lua5.4 bench/run.lua heavy       heavy work: speedup.lua on 1 and 2 CPUs, map.lua, ngx/heavy.lua
+--                                    (each writes its rounds with --out) -> bench/out/speedup.dat,
+--                                    map.dat, ngx-heavy.dat (skipped there without nginx or wrk)
+--   lua5.4 bench/run.lua report      all four (-> bench/out/report-*.dat), then bench/report.lua
 --                                    writes bench/REPORT.md
 --   lua5.4 bench/run.lua compare A B two builds interleaved, median ratios (see bench/compare)
 --
 -- Settings (environment):
 --   BENCH_QUICK=1          development mode: fewer repetitions, shorter runs, P = 1000 and 4000
---   BENCH_REPS=N           repetitions of every timed figure (default 5, quick 3)
+--   BENCH_REPS=N           repetitions of every timed figure (default 5, quick 3; the heavy-work
+--                          scripts' rounds only when set: unset, their own defaults)
 --   BENCH_NICE=N           run measuring processes under `nice -n N` (default 0)
 --   BENCH_RUNTIMES="..."   runtimes of the micro benchmark and callgrind (lua5.1 lua5.4 luajit)
 --   BENCH_WORKLOAD_LUA=..  runtime of the workload matrix (default lua5.4)
@@ -102,17 +106,15 @@ local function cpu_list(n)
   return table.concat(t, ",")
 end
 
---- Runs one measuring process; returns its `return {...}` table (plus `sampled` when sampled),
---- or nil and an error message.
 local LOG = OUT .. "/run.log"
-local function measure(spec)
+
+--- The shell command of a measuring process: spec.env ({ "NAME=value", ... }), then the module
+--- paths (spec.cpath, spec.peers), nice, taskset (spec.cpus) and spec.argv; with `sample_file`,
+--- under bench/sample.sh writing to it.
+local function command_of(spec, sample_file)
   local parts = {}
-  local sample_file
-  if spec.sample then
-    sample_file = OUT .. "/sample.tmp"
-    os.remove(sample_file)
-    parts[#parts + 1] = "bench/sample.sh " .. sample_file
-  end
+  if spec.env and #spec.env > 0 then parts[#parts + 1] = "env " .. table.concat(spec.env, " ") end
+  if sample_file then parts[#parts + 1] = "bench/sample.sh " .. sample_file end
   if spec.cpath then
     -- the peers' modules (spec.peers: PEERS/<lua>) after vmpool's, never instead of it
     local cpath, path = spec.cpath .. "/?.so;", ""
@@ -126,10 +128,25 @@ local function measure(spec)
   if NICE ~= 0 then parts[#parts + 1] = "nice -n " .. NICE end
   if spec.cpus then parts[#parts + 1] = "taskset -c " .. cpu_list(spec.cpus) end
   for _, a in ipairs(spec.argv) do parts[#parts + 1] = sh_quote(a) end
-  local cmd = table.concat(parts, " ")
+  return table.concat(parts, " ")
+end
+
+local function log_command(cmd)
   local log = io.open(LOG, "a")
   log:write("$ ", cmd, "\n")
   log:close()
+end
+
+--- Runs one measuring process; returns its `return {...}` table (plus `sampled` when sampled),
+--- or nil and an error message.
+local function measure(spec)
+  local sample_file
+  if spec.sample then
+    sample_file = OUT .. "/sample.tmp"
+    os.remove(sample_file)
+  end
+  local cmd = command_of(spec, sample_file)
+  log_command(cmd)
   local p = io.popen(cmd .. " 2>>" .. LOG)
   local text = p:read("a")
   local ok, _, code = p:close()
@@ -562,6 +579,120 @@ local function suite_callgrind(opts)
   return result
 end
 
+--- heavy work: speedup.lua, map.lua, ngx/heavy.lua ------------------------------------------------
+
+-- These scripts take their rounds from their own defaults (speedup 5, map 5, heavy 3; quick 1), or
+-- from BENCH_REPS when it is set, and their quick mode from BENCH_QUICK, which they read themselves.
+local EXPLICIT_REPS = tonumber(env("BENCH_REPS") or "")
+
+--- The environment variables that change what a heavy-work script measures, as `NAME=value` words
+--- for the command shown in the report.
+local function shown_vars(extra)
+  local vars = {}
+  for _, k in ipairs { "BENCH_QUICK", "BENCH_REPS" } do
+    local v = env(k)
+    if v and v ~= "" then vars[#vars + 1] = k .. "=" .. sh_quote(v) end
+  end
+  for _, kv in ipairs(extra or {}) do vars[#vars + 1] = kv end
+  return table.concat(vars, " ")
+end
+
+--- Runs a script that writes its results with `--out=FILE` (spec as for `measure`); its Markdown
+--- (stdout) goes to bench/out/<prefix><name>.md. Returns the results with `command` (the
+--- command line a reader runs to reproduce them, `shown`) and `seconds`, or nil and an error.
+local function run_with_out(name, spec, shown)
+  local out_file = OUT .. "/" .. name .. ".out.tmp"
+  os.remove(out_file)
+  local argv = {}
+  for i, a in ipairs(spec.argv) do argv[i] = a end
+  argv[#argv + 1] = "--out=" .. out_file
+  local cmd = command_of { argv = argv, env = spec.env, cpath = spec.cpath, cpus = spec.cpus }
+  log_command(cmd)
+  local t0 = now()
+  local ok, _, code = os.execute(cmd .. " >" .. OUT .. "/" .. SAVE_PREFIX .. name .. ".md 2>>" .. LOG)
+  local text = B.read_file(out_file)
+  os.remove(out_file)
+  local result, err
+  if text then result, err = B.load_result(text) end
+  if not ok or not result then
+    return nil, string.format("%s failed (exit %s): %s; its standard error is in %s", shown, tostring(code),
+      err or "no results written", LOG)
+  end
+  result.command, result.seconds = shown, now() - t0
+  return result
+end
+
+--- `--rounds=N` when BENCH_REPS asks for N rounds
+local function rounds_args(argv)
+  if EXPLICIT_REPS then argv[#argv + 1] = "--rounds=" .. EXPLICIT_REPS end
+  return argv
+end
+
+--- bench/speedup.lua on 1 CPU and on 2 (Lua 5.4): the speedup of co_invoke and pool:map over
+--- serial calls in the host, by call size
+local function suite_speedup()
+  local lua = "lua5.4"
+  local result = { runs = {}, errors = {} }
+  for _, cpus in ipairs { 1, 2 } do
+    local argv = rounds_args { lua, "bench/speedup.lua" }
+    local shown = string.format("%s LUA=%s sh -c '. scripts/luaenv.sh && %staskset -c %s %s'", shown_vars(), lua,
+      NICE ~= 0 and ("nice -n " .. NICE .. " ") or "", cpu_list(cpus), table.concat(argv, " "))
+    local res, err = run_with_out("speedup-" .. cpus .. "cpu", { argv = argv, cpus = cpus,
+      cpath = module_dir(lua, "rock") }, (shown:gsub("^ ", "")))
+    if res then result.runs[#result.runs + 1] = res else result.errors[#result.errors + 1] = err end
+    progress("[speedup] %d CPU%s: %s", cpus, cpus > 1 and "s" or "", res and "ok" or ("FAILED " .. tostring(err)))
+  end
+  save("speedup", result)
+  return result
+end
+
+--- bench/map.lua on 2 CPUs (Lua 5.4): trivial items/s through pool:map next to co_invoke, and the
+--- scaling of heavy items from 1 state to 2
+local function suite_map()
+  local lua = "lua5.4"
+  local shown = string.format("%s LUA=%s sh -c '. scripts/luaenv.sh && %staskset -c 0,1 %s bench/map.lua'",
+    shown_vars(), lua, NICE ~= 0 and ("nice -n " .. NICE .. " ") or "", lua)
+  local res, err = run_with_out("map", { argv = { lua, "bench/map.lua" }, cpus = 2, cpath = module_dir(lua, "rock") },
+    (shown:gsub("^ ", "")))
+  progress("[map] %s", res and "ok" or ("FAILED " .. tostring(err)))
+  local result = res or { failed = err }
+  save("map", result)
+  return result
+end
+
+--- bench/ngx/heavy.lua through bench/ngx/run.sh (LuaJIT, nginx, wrk): heavy requests with a light
+--- probe, four variants; recorded as skipped when nginx, wrk or luajit is missing
+local function suite_ngx_heavy()
+  local missing = {}
+  for _, cmd in ipairs { "nginx", "wrk", "luajit" } do
+    if not os.execute("command -v " .. cmd .. " >/dev/null 2>&1") then missing[#missing + 1] = cmd end
+  end
+  local result
+  if #missing > 0 then
+    result = { skipped = table.concat(missing, ", ") .. " not found (scripts/install-deps.sh installs them)" }
+  else
+    -- bench/run.sh has just built the LuaJIT rock; without it, bench/ngx/run.sh builds it
+    local envs = {}
+    if io.open("lua_modules/luajit/lib/lua/5.1/vmpool.so") then envs[#envs + 1] = "SKIP_BUILD=1" end
+    if EXPLICIT_REPS then envs[#envs + 1] = "ROUNDS=" .. EXPLICIT_REPS end
+    local shown = shown_vars(envs) .. " " .. (NICE ~= 0 and ("nice -n " .. NICE .. " ") or "") ..
+      "bench/ngx/run.sh bench/ngx/heavy.lua"
+    local res, err = run_with_out("ngx-heavy", { argv = { "bench/ngx/run.sh", "bench/ngx/heavy.lua" }, env = envs },
+      (shown:gsub("^ ", "")))
+    result = res or { failed = err }
+  end
+  progress("[ngx heavy] %s", result.skipped and ("skipped: " .. result.skipped) or
+    result.failed and ("FAILED " .. result.failed) or "ok")
+  save("ngx-heavy", result)
+  return result
+end
+
+local function suite_heavy()
+  suite_speedup()
+  suite_map()
+  suite_ngx_heavy()
+end
+
 --- compare ----------------------------------------------------------------------------------------
 
 --- Builds revision `rev` (a commit, or "WORKTREE" for the checkout as it is) into its own tree.
@@ -647,7 +778,7 @@ end
 local what = arg[1] or "report"
 os.execute("mkdir -p " .. OUT)
 local started = now()
-if what == "micro" or what == "workload" or what == "callgrind" or what == "report" then
+if what == "micro" or what == "workload" or what == "callgrind" or what == "heavy" or what == "report" then
   local m = machine()
   m.command = command_line(what)
   m.what = what
@@ -658,10 +789,13 @@ if what == "micro" or what == "workload" or what == "callgrind" or what == "repo
     suite_workload()
   elseif what == "callgrind" then
     suite_callgrind()
+  elseif what == "heavy" then
+    suite_heavy()
   else
     suite_micro()
     suite_workload()
     suite_callgrind()
+    suite_heavy()
   end
   m.loadavg_end = (B.read_file("/proc/loadavg") or ""):match("^(%S+ %S+ %S+)")
   m.seconds = now() - started
@@ -674,6 +808,6 @@ elseif what == "compare" then
   end
   suite_compare(arg[2], arg[3])
 else
-  io.stderr:write("usage: lua5.4 bench/run.lua micro|workload|callgrind|report|compare A B\n")
+  io.stderr:write("usage: lua5.4 bench/run.lua micro|workload|callgrind|heavy|report|compare A B\n")
   os.exit(2)
 end

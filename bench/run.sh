@@ -5,6 +5,7 @@
 #   bench/run.sh micro       the micro benchmark only, summary on stdout (make bench)
 #   bench/run.sh workload    the strategies x parallelism x CPUs matrix only
 #   bench/run.sh callgrind   instructions per call and profiles only (bench/callgrind)
+#   bench/run.sh heavy       heavy work only: speedup.lua, map.lua (Lua 5.4), ngx/heavy.lua (LuaJIT)
 #   bench/run.sh compare A B two revisions interleaved (bench/compare)
 #   bench/run.sh render      rewrite REPORT.md from the results already in bench/out/
 # Settings are environment variables, listed in bench/README.md (BENCH_QUICK=1 for a quick run).
@@ -20,13 +21,26 @@ case "$what" in
     scripts/install-deps.sh valgrind
     exec lua5.4 bench/run.lua "$@"
     ;;
+  heavy)
+    # only the rocks: the heavy-work scripts use neither the count-alloc trees nor the ping-pong
+    scripts/install-deps.sh util-linux
+    scripts/rock.sh lua5.4
+    scripts/rock.sh luajit
+    exec lua5.4 bench/run.lua heavy
+    ;;
   micro|workload|callgrind|report) ;;
-  *) echo "usage: bench/run.sh report|micro|workload|callgrind|compare A B|render" >&2; exit 2 ;;
+  *) echo "usage: bench/run.sh report|micro|workload|callgrind|heavy|compare A B|render" >&2; exit 2 ;;
 esac
 scripts/install-deps.sh valgrind util-linux
 need="$runtimes ${BENCH_WORKLOAD_LUA:-lua5.4}"
 # shellcheck disable=SC2086
 bench/build.sh $(printf '%s\n' $need | sort -u)
+# the heavy-work suite of the report runs speedup.lua and map.lua on Lua 5.4 and ngx/heavy.lua on
+# LuaJIT, whichever runtimes the other suites measure
+if [ "$what" = report ]; then
+  case " $need " in *" lua5.4 "*) ;; *) scripts/rock.sh lua5.4 ;; esac
+  case " $need " in *" luajit "*) ;; *) scripts/rock.sh luajit ;; esac
+fi
 lua5.4 bench/run.lua "$what"
 case "$what" in
   report) lua5.4 bench/report.lua ;;

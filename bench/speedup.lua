@@ -7,7 +7,9 @@
 -- Each round measures serial, co_invoke and map once per size, in a rotating order; medians of
 -- the rounds with [min-max]. The call count per size keeps each measurement near 0.2 s.
 -- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && taskset -c 0,1 lua5.4 bench/speedup.lua'
---   [--rounds=5]; --quick or BENCH_QUICK=1 checks that it works.
+--   [--rounds=5]; --quick or BENCH_QUICK=1 checks that it works; --out=FILE also writes every
+--   round's figures, the settings and the load average to FILE as a Lua literal (`return {...}`,
+--   what bench/run.lua's report suite reads).
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/lib/?.lua;" .. package.path
 
@@ -42,6 +44,14 @@ local per_us = calibrate()
 
 -- the CPUs this process may use (nproc honours taskset)
 local ncpu = tonumber(io.popen("nproc"):read("*l")) or 1
+
+local function loadavg()
+  local f = io.open("/proc/loadavg")
+  local l = f and f:read("*l"):match("^(%S+ %S+ %S+)") or "?"
+  if f then f:close() end
+  return l
+end
+local load_before = loadavg()
 
 local pool = vmpool.new { core = ncpu, max_noncore = 0 }
 pool:compile("w", WORK)
@@ -80,7 +90,7 @@ end
 
 local ways = { serial = serial, co_invoke = co, map = map }
 local order = { "serial", "co_invoke", "map" }
-local samples = {}
+local samples, iterations, calls_of = {}, {}, {}
 for _, us in ipairs(SIZES_US) do
   samples[us] = { serial = {}, co_invoke = {}, map = {} }
 end
@@ -88,6 +98,7 @@ for round = 1, rounds do
   for _, us in ipairs(SIZES_US) do
     local n = math.max(1, math.floor(us * per_us + 0.5))
     local calls = math.max(20, math.floor(budget * 1e6 / us))
+    iterations[us], calls_of[us] = n, calls
     for i = 0, #order - 1 do
       local way = order[(round - 1 + i) % #order + 1]
       local s = samples[us][way]
@@ -97,9 +108,7 @@ for round = 1, rounds do
 end
 pool:close()
 
-local loadf = io.open("/proc/loadavg")
-local load = loadf and loadf:read("*l"):match("^(%S+ %S+ %S+)") or "?"
-if loadf then loadf:close() end
+local load = loadavg()
 print(("Offloading speedup, %s, %d CPUs for the process, pool of %d states, %d rounds, load average %s")
   :format(vmpool.runtime, ncpu, ncpu, rounds, load))
 print("")
@@ -123,4 +132,15 @@ print("")
 for _, way in ipairs { "co_invoke", "map" } do
   local from = even[way] and ("~" .. even[way] .. " µs") or "(none measured)"
   print(("%s pays (speedup > 1) from calls of %s"):format(way, from))
+end
+
+if o.out then
+  -- every round's µs per call of each way, so that whoever reads the file computes the ratios
+  local f = assert(io.open(o.out, "w"))
+  f:write("return ", B.literal {
+    runtime = vmpool.runtime, cpus = ncpu, core = ncpu, rounds = rounds, quick = quick, budget_s = budget,
+    sizes_us = SIZES_US, spin_per_us = per_us, iterations = iterations, calls = calls_of,
+    us_per_call = samples, loadavg_before = load_before, loadavg_after = loadavg(),
+  }, "\n")
+  f:close()
 end

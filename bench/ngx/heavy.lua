@@ -8,13 +8,21 @@
 -- Each round runs every variant once, in a rotating order; medians over the rounds with
 -- [min-max] of heavy req/s and of the probe's p50 and p99, and the load average.
 -- Settings: ROUNDS (3), DURATION (8 s), CONNECTIONS (20), CORE (2), THREADS (2), RATE (probes
--- per second, 100), WORK (hash rounds per request, 2600: about 1 ms here), VARIANTS.
+-- per second, 100), WORK (hash rounds per request, 2600: about 1 ms here), VARIANTS;
+-- BENCH_QUICK=1 (ROUNDS 1, DURATION 3 s, 1 s warm-ups: checks that the script works, its figures
+-- mean nothing). --out=FILE also writes every round's figures, the settings and the load average
+-- to FILE as a Lua literal (`return {...}`, what bench/run.lua's report suite reads).
 -- Run with `bench/ngx/run.sh bench/ngx/heavy.lua` (builds the LuaJIT rock; nginx on 127.0.0.1).
+package.path = "bench/lib/?.lua;" .. package.path
 local socket = require "socket"
+local B = require "benchlib"
 local H = require "spec.ngx.nginx"
 
-local ROUNDS = tonumber(os.getenv("ROUNDS") or 3)
-local DURATION = tonumber(os.getenv("DURATION") or 8)
+local OUT = B.options(arg or {}).out
+local QUICK = os.getenv("BENCH_QUICK") == "1"
+local ROUNDS = tonumber(os.getenv("ROUNDS") or (QUICK and 1 or 3))
+local DURATION = tonumber(os.getenv("DURATION") or (QUICK and 3 or 8))
+local WARMUP = QUICK and 1 or 2 -- seconds: the unloaded probe, and wrk on each variant before the rounds
 local CONNECTIONS = tonumber(os.getenv("CONNECTIONS") or 20)
 local CORE = tonumber(os.getenv("CORE") or 2)
 local THREADS = tonumber(os.getenv("THREADS") or 2)
@@ -149,8 +157,8 @@ local function wrk_result(out)
   return assert(rps, text), errors
 end
 
-local function loadavg()
-  return (H.read_file("/proc/loadavg") or ""):match("^(%S+)")
+local function loadavg(all)
+  return (H.read_file("/proc/loadavg") or ""):match(all and "^(%S+ %S+ %S+)" or "^(%S+)")
 end
 
 local function summary(xs)
@@ -166,22 +174,24 @@ local ok, err = pcall(function()
   servers[1] = { server(1) }
   if WORKERS.inline2 and table.concat(VARIANTS, " "):match("inline2") then servers[2] = { server(2) } end
   -- unloaded probe, and a warm-up of every variant
-  local _, idle99 = probe(servers[1][2], 2)
+  local load_before = loadavg(true)
+  local idle50, idle99 = probe(servers[1][2], WARMUP)
   for _, v in ipairs(VARIANTS) do
     local s = servers[WORKERS[v]]
     local st, body = H.get(s[2], PATH[v], 30)
     assert(st == 200 and tonumber(body), v .. " answered " .. tostring(st) .. " " .. tostring(body))
     local out = os.tmpname()
-    wrk_start(s[2], PATH[v], 2, out)
+    wrk_start(s[2], PATH[v], WARMUP, out)
     wrk_result(out)
     os.remove(out)
   end
   local rows = {}
-  for _, v in ipairs(VARIANTS) do rows[v] = { rps = {}, p50 = {}, p99 = {}, load = {} } end
+  for _, v in ipairs(VARIANTS) do rows[v] = { rps = {}, p50 = {}, p99 = {}, load = {}, errors = {} } end
+  local cpus = tonumber(select(2, H.sh("nproc")):match("%d+"))
   print(("# Heavy requests with a light probe, %s"):format(os.date("!%Y-%m-%d %H:%M UTC")))
   print(("%s CPUs; wrk -t1 -c%d -d%ds on the heavy endpoint, /ping probed at %d/s on one connection; "
     .. "%d hash rounds per request; vmpool core = %d, thread_pool threads = %d; %d interleaved rounds")
-    :format(select(2, H.sh("nproc")):match("%d+"), CONNECTIONS, DURATION, RATE, WORK, CORE, THREADS, ROUNDS))
+    :format(cpus, CONNECTIONS, DURATION, RATE, WORK, CORE, THREADS, ROUNDS))
   print(("unloaded /ping p99: %.2f ms"):format(idle99))
   print("")
   print("| round | variant | heavy req/s | /ping p50 ms | /ping p99 ms | load avg |")
@@ -198,6 +208,7 @@ local ok, err = pcall(function()
       os.remove(out)
       local r = rows[v]
       r.rps[round], r.p50[round], r.p99[round], r.load[round] = rps, p50, p99, tonumber(loadavg())
+      r.errors[round] = errors or false
       print(("| %d | %s | %.0f | %.2f | %.2f | %s |%s"):format(round, v, rps, p50, p99, loadavg(),
         errors and (" " .. errors) or ""))
     end
@@ -222,6 +233,18 @@ local ok, err = pcall(function()
   end
   if med.vmpool and med.inline2 then
     print(("vmpool / inline with 2 workers: heavy req/s %.2fx (goal >= 0.95)"):format(med.vmpool.rps / med.inline2.rps))
+  end
+  if OUT then
+    -- every round of every variant (rows[v].rps[round] and so on, rounds paired by index), so that
+    -- whoever reads the file computes the medians and the per-round ratios
+    local f = assert(io.open(OUT, "w"))
+    f:write("return ", B.literal {
+      date = os.date("!%Y-%m-%d %H:%M UTC"), cpus = cpus, quick = QUICK, rounds = ROUNDS, duration_s = DURATION,
+      connections = CONNECTIONS, core = CORE, threads = THREADS, rate = RATE, work = WORK, variants = VARIANTS,
+      warmup_s = WARMUP, idle_ping_p50_ms = idle50, idle_ping_p99_ms = idle99, runs = rows,
+      loadavg_before = load_before, loadavg_after = loadavg(true),
+    }, "\n")
+    f:close()
   end
 end)
 for _, s in pairs(servers) do s[1]:stop() end

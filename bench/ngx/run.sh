@@ -2,7 +2,8 @@
 # Runs the OpenResty benchmark (see README.md here): builds and installs the rock for LuaJIT,
 # then bench/ngx/run.lua. Settings through the environment, e.g.
 #   ROUNDS=5 DURATION=10 bench/ngx/run.sh
-# or another script of this folder with the same set-up: bench/ngx/run.sh bench/ngx/shared.lua
+# or another script of this folder with the same set-up: bench/ngx/run.sh bench/ngx/shared.lua;
+# arguments after the script are the script's (bench/ngx/run.sh bench/ngx/heavy.lua --out=FILE).
 set -eu
 cd "$(dirname "$0")/../.."
 [ "${SKIP_BUILD:-}" = 1 ] || scripts/rock.sh luajit
@@ -24,4 +25,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-luajit "${1:-bench/ngx/run.lua}"
+script=${1:-bench/ngx/run.lua}
+[ $# -gt 0 ] && shift
+luajit "$script" "$@"

@@ -1,4 +1,4 @@
--- Section 5 of the report: the analysis. Checks the seed report's conclusions for gopher-lua one by
+-- Section 6 of the report: the analysis. Checks the seed report's conclusions for gopher-lua one by
 -- one against this run's workload figures (pool vs no pool, parallelism, core count vs memory,
 -- blocking, CPUs, the optimum) and ends with the recommendation; every comparison is computed
 -- from the numbers (report/format.lua's `cmp` and `clearly_below`), so another run rewrites it.
@@ -33,7 +33,7 @@ local function introduction(ctx)
   local wl, cpus, P = ctx.wl, ctx.cpus, ctx.P
   w(string.format("All figures below are medians from the tables above: %s, P = %d coroutines in flight, %d CPUs " ..
     "unless stated. A difference is called clear only when the medians are at least 5%% apart and the min–max " ..
-    "ranges of the runs do not overlap. The seed report's conclusions for gopher-lua (quoted in section 6) are " ..
+    "ranges of the runs do not overlap. The seed report's conclusions for gopher-lua (quoted in section 7) are " ..
     "checked one by one; where vmpool's numbers disagree, this says so.", RUNTIME_LABEL[wl.lua] or wl.lua, P, cpus))
   w("")
 

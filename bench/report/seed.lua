@@ -1,4 +1,4 @@
--- Section 6 of the report: the seed report's own figures (gopher-lua), quoted for reference; the
+-- Section 7 of the report: the seed report's own figures (gopher-lua), quoted for reference; the
 -- analysis compares only the directions of its conclusions.
 local D = require "report.doc"
 

@@ -1,10 +1,12 @@
 -- The report's first table: every performance goal (report/goals.lua), what this run measured for
--- it, and whether it was met; each row names the section its figure comes from.
+-- it, and whether it was met; each row names the section its figure comes from (the heavy-work
+-- goals' rows come from report/heavy.lua, which computes them for its own section too).
 local B = require "benchlib"
 local D = require "report.doc"
 local F = require "report.format"
 local R = require "report.results"
 local TARGETS = require "report.goals"
+local heavy = require "report.heavy"
 
 local w, table_md = D.w, D.table_md
 local num, t, mmm, x, mb = F.num, F.t, F.mmm, F.x, F.mb
@@ -107,6 +109,7 @@ local function section()
   if wl then workload_rows(row) end
   if micro then native_bytes_row(row, micro) end
   if cg then instruction_rows(row) end
+  for _, r in ipairs(heavy.goal_rows()) do row(r[1], r[2], r[3], r[4], "heavy work (5)") end
   table_md({ "target", "goal", "measured (median [min–max])", "", "section" }, rows)
   w("The blocking channel floor parks its threads (a round trip is two futex wake-ups, about 9 µs here); the " ..
     "polling floor is the one comparable with a design that spins first, like vmpool's. Wall-clock rows are from " ..
