@@ -27,5 +27,11 @@ if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then
   SKIP_BUILD=1 ROUNDS=1 N=1000 bench/ngx/run.sh bench/ngx/shared.lua > /tmp/vmpool-bench-smoke.$$ 2>&1 ||
     { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
   rm -f /tmp/vmpool-bench-smoke.$$
+  if command -v wrk >/dev/null 2>&1; then
+    echo "== bench smoke (luajit, nginx): bench/ngx/heavy.lua"
+    SKIP_BUILD=1 bench/ngx/run.sh bench/ngx/heavy.lua > /tmp/vmpool-bench-smoke.$$ 2>&1 ||
+      { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
+    rm -f /tmp/vmpool-bench-smoke.$$
+  fi
 fi
 echo "bench smoke: every benchmark script ran"
