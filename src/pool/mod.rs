@@ -59,8 +59,17 @@ pub struct Pool {
     spare_calls: Mutex<Vec<Arc<Call>>>,
 }
 
-/// Most calls kept in `spare_calls`.
-const MAX_SPARE_CALLS: usize = 1024;
+/// Most calls kept in `spare_calls`. Futures come back only when the host's garbage collector
+/// finalizes them, often thousands at once (1,000 futures in flight and Lua 5.4's default pause
+/// leave about 2,000 dead ones per cycle): with room for 1,024, half of them were freed and the
+/// next calls allocated new records and buffers, 11% of the instructions of a submit + wait
+/// (callgrind, bench/results/2026-12-01-futures-and-adapters.md). A kept call is ~200 bytes plus
+/// its buffer, itself capped by `MAX_SPARE_BUFFER`; `pool:collect()` frees them all.
+const MAX_SPARE_CALLS: usize = 8192;
+
+/// A spare call whose buffer grew beyond this (a big argument or result) is not kept: the list
+/// would hold that memory for no gain.
+const MAX_SPARE_BUFFER: usize = 16 * 1024;
 
 impl Pool {
     /// Creates the pool and its core states; fails (leaving nothing running) if a state cannot
@@ -120,9 +129,12 @@ impl Pool {
     /// Keeps a finished call nobody else holds, for reuse.
     pub fn give_back_call(&self, mut call: Arc<Call>) {
         if let Some(c) = Arc::get_mut(&mut call) {
+            c.reset();
+            if c.data.get_mut().buf.capacity() > MAX_SPARE_BUFFER {
+                return;
+            }
             let mut spare = self.spare_calls.lock();
             if spare.len() < MAX_SPARE_CALLS {
-                c.reset();
                 spare.push(call);
             }
         }
