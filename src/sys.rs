@@ -157,6 +157,26 @@ pub fn pid() -> u32 {
     std::process::id()
 }
 
+/// The path of the shared object this code was loaded from (`dladdr` on one of its functions),
+/// for the LuaJIT FFI path of `vmpool.shared` (`ffi.load` needs it: `require` loads C modules
+/// with `RTLD_LOCAL`, so their symbols are not in `ffi.C`). `None` if the loader cannot say.
+pub fn library_path() -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: `Dl_info` is plain data; zeroed is a valid value for it.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let here = library_path as *const libc::c_void;
+    // SAFETY: `here` is the address of a function of this object; `dladdr` only fills `info`.
+    if unsafe { libc::dladdr(here, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: on success `dli_fname` is a NUL-terminated path owned by the loader, valid while the
+    // object stays loaded (it is never unloaded: `-z nodelete`); it is copied at once.
+    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(
+        name.to_bytes(),
+    )))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,24 +274,4 @@ mod tests {
             w.join().unwrap();
         }
     }
-}
-
-/// The path of the shared object this code was loaded from (`dladdr` on one of its functions),
-/// for the LuaJIT FFI path of `vmpool.shared` (`ffi.load` needs it: `require` loads C modules
-/// with `RTLD_LOCAL`, so their symbols are not in `ffi.C`). `None` if the loader cannot say.
-pub fn library_path() -> Option<std::path::PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    // SAFETY: `Dl_info` is plain data; zeroed is a valid value for it.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let here = library_path as *const libc::c_void;
-    // SAFETY: `here` is the address of a function of this object; `dladdr` only fills `info`.
-    if unsafe { libc::dladdr(here, &mut info) } == 0 || info.dli_fname.is_null() {
-        return None;
-    }
-    // SAFETY: on success `dli_fname` is a NUL-terminated path owned by the loader, valid while the
-    // object stays loaded (it is never unloaded: `-z nodelete`); it is copied at once.
-    let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
-    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(
-        name.to_bytes(),
-    )))
 }

@@ -4,9 +4,11 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{call, config, pool, wait};
+use vmpool::testing::call::Call;
 use vmpool::testing::config::Config;
 use vmpool::testing::pool::Pool;
 use vmpool::testing::value::Value;
@@ -204,4 +206,42 @@ fn init_failure_fails_new() {
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("pool started"),
     }
+}
+
+#[test]
+fn spare_calls_are_kept_up_to_a_count_and_a_total_of_buffer_bytes() {
+    let pool = pool(Config::default(), &[]);
+    let with_buffer = |bytes: usize| {
+        let mut c = Call::default();
+        c.data.get_mut().buf.reserve_exact(bytes);
+        Arc::new(c)
+    };
+    // big buffers: only as many as fit in the byte budget (4 MiB) are kept
+    for _ in 0..8 {
+        pool.give_back_call(with_buffer(1 << 20));
+    }
+    let mut out = Vec::new();
+    pool.take_spare_calls(&mut out);
+    assert_eq!(out.len(), 4, "4 of the 1 MiB calls fit the 4 MiB budget");
+    // taking them frees their share of the budget: small ones are kept by the thousand
+    for _ in 0..9000 {
+        pool.give_back_call(with_buffer(64));
+    }
+    let mut kept = 0;
+    loop {
+        let mut more = Vec::new();
+        pool.take_spare_calls(&mut more);
+        if more.is_empty() {
+            break;
+        }
+        kept += more.len();
+    }
+    assert_eq!(kept, 8192, "at most 8,192 spare calls");
+    // a call someone else still holds is never kept
+    let shared = with_buffer(64);
+    pool.give_back_call(shared.clone());
+    let mut none = Vec::new();
+    pool.take_spare_calls(&mut none);
+    assert!(none.is_empty());
+    pool.close();
 }

@@ -56,11 +56,26 @@ pub struct Pool {
     poll: Mutex<Option<Arc<crate::notify::PollSignal>>>,
     /// Finished calls given back by dropped futures, for the host to reuse (no allocation per
     /// call in the steady state).
-    spare_calls: Mutex<Vec<Arc<Call>>>,
+    spare_calls: Mutex<Spares>,
 }
 
-/// Most calls kept in `spare_calls`.
-const MAX_SPARE_CALLS: usize = 1024;
+/// The spare calls and the bytes their buffers hold.
+#[derive(Default)]
+struct Spares {
+    calls: Vec<Arc<Call>>,
+    bytes: usize,
+}
+
+/// Most calls kept in `spare_calls`. Futures come back only when the host's garbage collector
+/// finalizes them, often thousands at once (1,000 futures in flight and Lua 5.4's default pause
+/// leave about 2,000 dead ones per cycle): with room for 1,024, half of them were freed and the
+/// next calls allocated new records and buffers, 11% of the instructions of a submit + wait
+/// (callgrind, bench/results/2026-12-01-futures-and-adapters.md). `pool:collect()` frees them all.
+const MAX_SPARE_CALLS: usize = 8192;
+
+/// Most bytes the spare calls' buffers may hold together (a call whose buffer would go over is
+/// freed): after calls with big arguments or results the list must not keep that memory.
+const MAX_SPARE_BYTES: usize = 4 << 20;
 
 impl Pool {
     /// Creates the pool and its core states; fails (leaving nothing running) if a state cannot
@@ -82,7 +97,7 @@ impl Pool {
             poll: Mutex::new(None),
             host_cpu: std::sync::atomic::AtomicI32::new(-1),
             several_cpus: crate::sys::available_cpus() > 1,
-            spare_calls: Mutex::new(Vec::new()),
+            spare_calls: Mutex::new(Spares::default()),
         });
         housekeeper::start(&pool)?;
 
@@ -120,10 +135,12 @@ impl Pool {
     /// Keeps a finished call nobody else holds, for reuse.
     pub fn give_back_call(&self, mut call: Arc<Call>) {
         if let Some(c) = Arc::get_mut(&mut call) {
+            c.reset();
+            let bytes = c.data.get_mut().buf.capacity();
             let mut spare = self.spare_calls.lock();
-            if spare.len() < MAX_SPARE_CALLS {
-                c.reset();
-                spare.push(call);
+            if spare.calls.len() < MAX_SPARE_CALLS && spare.bytes + bytes <= MAX_SPARE_BYTES {
+                spare.bytes += bytes;
+                spare.calls.push(call);
             }
         }
     }
@@ -138,9 +155,14 @@ impl Pool {
     /// Moves up to 64 spare calls into `out`.
     pub fn take_spare_calls(&self, out: &mut Vec<Arc<Call>>) {
         let mut spare = self.spare_calls.lock();
-        let n = spare.len().min(64);
-        let from = spare.len() - n;
-        out.extend(spare.drain(from..));
+        let n = spare.calls.len().min(64);
+        let from = spare.calls.len() - n;
+        let mut bytes = 0;
+        for mut c in spare.calls.drain(from..) {
+            bytes += Arc::get_mut(&mut c).map_or(0, |c| c.data.get_mut().buf.capacity());
+            out.push(c);
+        }
+        spare.bytes -= bytes.min(spare.bytes);
     }
 
     /// The pool's poll descriptor for foreign event loops (created on first use).
