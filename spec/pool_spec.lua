@@ -431,6 +431,9 @@ function litter(n)
   end
 end
 function count() return finalized end
+-- the same, at a gate: two calls held there at once run on two different states
+function litter_at(port, n) gate(port) litter(n) end
+function count_at(port) gate(port) return finalized end
 function fail_on_gc()
   if newproxy then
     getmetatable(newproxy(true)).__gc = function() error("finalizer failed") end
@@ -442,17 +445,25 @@ end
 
 describe("pool:collect", function()
   it("runs a full collection in every idle state and returns how many", function()
-    local pool = vmpool.new { core = 2 }
-    pool:compile("c", FINALIZED)
-    local a, b = pool:submit("c", "litter", 10), pool:submit("c", "litter", 10)
+    local gate = Gate.new()
+    local pool = vmpool.new { core = 2, init = Gate.CHILD }
+    pool:compile("c", "gate = gate\n" .. FINALIZED)
+    -- each state litters once: both calls are held at the gate together, so on different states
+    local a, b = pool:submit("c", "litter_at", gate.port, 10), pool:submit("c", "litter_at", gate.port, 10)
+    gate:arrivals(2)
+    gate:release()
     a:wait()
     b:wait()
     assert.are.equal(2, pool:collect())
-    -- both states ran their finalizers, whichever the next calls reach
-    local x, y = pool:submit("c", "count"), pool:submit("c", "count")
-    assert.are.equal(20, x:wait() + y:wait())
+    -- both states ran their finalizers: each reports its own 10
+    local x, y = pool:submit("c", "count_at", gate.port), pool:submit("c", "count_at", gate.port)
+    gate:arrivals(2)
+    gate:release()
+    assert.are.equal(10, x:wait())
+    assert.are.equal(10, y:wait())
     local s = check_balanced(pool)
     assert.are.equal(4, s.invokes) -- the collections are not counted
+    gate:close()
     pool:close()
   end)
 
