@@ -303,6 +303,35 @@ describe("vmpool.luv", function()
     assert.are.equal(0, now.watchers)
   end)
 
+  it("never wakes a newer call with the completion of one a coroutine gave up", function()
+    -- the given-up call's token comes back while newer calls wait; tokens are reused, but only
+    -- once their completion is in, so each coroutine still gets exactly its own result
+    local co = vluv.spawn(function() return pool:co_invoke("c", "gate", gate.port, "given up") end)
+    gate:arrivals(1)
+    assert.is_false(coroutine.resume(co))
+    local got = {}
+    local deadline = uv.hrtime() + 10e9
+    for round = 1, 4 do
+      for i = 1, 5 do
+        vluv.spawn(function()
+          local r = pool:co_invoke("c", "echo", round * 10 + i)
+          got[#got + 1] = r
+        end)
+      end
+      if round == 3 then gate:release() end
+      -- the given-up call keeps the watcher open until round 3: run the loop until this round's
+      -- results are in (bounded)
+      while #got < round * 5 do
+        assert(uv.hrtime() < deadline, "the calls did not finish in time")
+        uv.run("once")
+      end
+    end
+    run_loop()
+    table.sort(got)
+    assert.are.same({ 11, 12, 13, 14, 15, 21, 22, 23, 24, 25, 31, 32, 33, 34, 35, 41, 42, 43, 44, 45 }, got)
+    assert.are.equal(0, vluv.stats().in_flight)
+  end)
+
   it("does not leak the calls of coroutines abandoned in a stopped loop, nor wedge the pool", function()
     local late = {}
     for i = 1, 2 do

@@ -244,18 +244,20 @@ crate::lua_function!(pub fn subscribe => subscribe_impl);
 /// notifier queues `token` when the batch the map waits for finishes.
 fn subscribe_impl(st: State) -> Result<c_int, Error> {
     let m = map_handle(st)?;
-    let notifier = userdata::get::<NotifierHandle>(st, 2)
+    let handle = userdata::get::<NotifierHandle>(st, 2)
         .and_then(|b| b.get())
-        .ok_or_else(|| Error::Internal("m:_subscribe needs a notifier".into()))?
-        .notifier
-        .clone();
+        .ok_or_else(|| Error::Internal("m:_subscribe needs a notifier".into()))?;
     if st.type_of(3) != TNUMBER {
         return Err(Error::Internal("m:_subscribe needs a token".into()));
     }
     let token = st.to_number(3) as u64;
+    let notifier = handle.notifier.clone();
     let subscribed = m
         .wait_target()
         .is_some_and(|call| call.subscribe(Subscriber::Queue { notifier, token }));
+    if !subscribed {
+        handle.unused_token(token);
+    }
     st.push_bool(subscribed);
     Ok(1)
 }
