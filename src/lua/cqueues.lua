@@ -171,8 +171,8 @@ local function sleep_on(cq, s, token)
   end
 end
 
-local function co_invoke(pool, chunk, fn, ...)
-  local cq = cqueues_running()
+-- `cq`: the controller, from `drives` below (one cqueues.running() per call, not two)
+local function co_invoke(cq, pool, chunk, fn, ...)
   local s = state_of(cq, pool)
   local notifier = s.notifier
   local token
@@ -190,9 +190,10 @@ local function co_invoke(pool, chunk, fn, ...)
 end
 
 add_loop {
+  -- the controller, which co_invoke gets back as its first argument
   drives = function()
-    local _, managed = cqueues_running()
-    return managed
+    local cq, managed = cqueues_running()
+    return managed and cq
   end,
   co_invoke = co_invoke,
 }

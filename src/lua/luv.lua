@@ -223,7 +223,7 @@ local function resumed_early(what)
     .. "that do not wait in vmpool, or wait for your own events in another coroutine)"
 end
 
-local function co_invoke(pool, chunk, fn, ...)
+local function co_invoke(_, pool, chunk, fn, ...)
   local s = states[pool] or state_of(pool)
   local notifier = s.notifier
   local token

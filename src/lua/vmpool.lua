@@ -55,7 +55,8 @@ Driver.__index = Driver
 local host_co_invoke, host_co_map
 
 -- The event-loop adapters loaded (vmpool.luv, vmpool.cqueues), each { drives = function(co) ->
--- whether that loop resumes co, co_invoke = function(pool, chunk, fn, ...) }, tried in order.
+-- a true value (handed back to co_invoke) if that loop resumes co, co_invoke = function(driver,
+-- pool, chunk, fn, ...) }, tried in order.
 local loops = {}
 local function add_loop(adapter)
   loops[#loops + 1] = adapter
@@ -164,8 +165,9 @@ function Pool:co_invoke(chunk, fn, ...)
   if co and loops[1] and isyieldable() then
     for i = 1, #loops do
       local loop = loops[i]
-      if loop.drives(co) then
-        return loop.co_invoke(self, chunk, fn, ...)
+      local driver = loop.drives(co)
+      if driver then
+        return loop.co_invoke(driver, self, chunk, fn, ...)
       end
     end
   end
