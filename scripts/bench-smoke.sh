@@ -21,6 +21,7 @@ run bench/limits.lua
 run bench/shared.lua
 run bench/map.lua
 run bench/speedup.lua
+run bench/futures.lua
 # the OpenResty scripts, when the LuaJIT rock is built (make test builds it) and nginx is there
 if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then
   echo "== bench smoke (luajit, nginx): bench/ngx/shared.lua"
