@@ -384,6 +384,32 @@ describe("vmpool.shared", function()
       assert.is_true(vmpool._dict_ffi)
     end)
 
+    it("answers its own call when a finalizer uses the dictionary in the middle of it", function()
+      local d = fresh()
+      d:set("mine", "aaa", 0, 1)
+      d:set("other", "bbbbbb", 0, 2)
+      -- finalizers that read and write the dictionary run at allocation points, ffi.string's
+      -- among them: each get and set must still answer with its own value, flags and forcible
+      local function litter()
+        for _ = 1, 20 do
+          getmetatable(newproxy(true)).__gc = function()
+            d:get("other")
+            d:set("third", "c", 0, 3)
+          end
+        end
+      end
+      collectgarbage("setpause", 50)
+      for _ = 1, 2000 do
+        litter()
+        local v, flags = d:get("mine")
+        assert.are.equal("aaa", v)
+        assert.are.equal(1, flags)
+        local ok, err, forcible = d:add("mine", "x")
+        assert.are.same({ false, "exists", false }, { ok, err, forcible })
+      end
+      collectgarbage("setpause", 200)
+    end)
+
     it("answers every call exactly as the C functions do", function()
       local Sub = require "spec.support.subprocess"
       -- the same calls in two fresh interpreters, one without the ffi module (the C functions)

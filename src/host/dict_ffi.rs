@@ -29,8 +29,11 @@ pub const FALLBACK: c_int = -1;
 pub struct DictValue {
     /// The number, when the code is `NUMBER`.
     pub num: f64,
-    /// A string's length, when the code is `STRING` or `STRING_TOO_LONG`.
-    pub len: usize,
+    /// A string's length, when the code is `STRING` or `STRING_TOO_LONG`. A double, not a
+    /// `size_t`: LuaJIT reads a 64-bit integer field as a boxed cdata, an allocation, and so a
+    /// point where a finalizer may run and call `get` again before the caller copied the bytes
+    /// out of the shared buffer; a double reads as a plain number (exact below 2^53).
+    pub len: f64,
     pub flags: u32,
     /// `get_stale`: whether the value has expired.
     pub stale: c_int,
@@ -125,7 +128,7 @@ pub unsafe extern "C" fn vmpool_dict_get(
                     NUMBER
                 }
                 Kind::Str => {
-                    out.len = found_bytes.len();
+                    out.len = found_bytes.len() as f64;
                     if found_bytes.len() <= cap {
                         // SAFETY: `buf` has `cap` writable bytes (the caller's guarantee), at
                         // least the string's length; the thread-local vector does not overlap it.
@@ -150,6 +153,18 @@ pub unsafe extern "C" fn vmpool_dict_get(
     code
 }
 
+/// What `vmpool_dict_store` answers besides its return code (the layout `dict_ffi.lua` declares).
+#[repr(C)]
+pub struct StoreOut {
+    /// ngx's message when the write was refused ("exists", "no memory", ...): static, not
+    /// NUL-terminated.
+    pub err: *const c_char,
+    /// Its length (a double for the reason given at [`DictValue::len`]).
+    pub errlen: f64,
+    /// Whether live entries were evicted.
+    pub forcible: c_int,
+}
+
 /// What `vmpool_dict_store` was given as the value.
 pub const VALUE_NIL: c_int = 0;
 pub const VALUE_FALSE: c_int = 1;
@@ -169,12 +184,12 @@ fn mode_of(mode: c_int) -> Option<Mode> {
 
 /// `dict:set/safe_set/add/safe_add/replace(key, value, exptime, flags)` of a string key, and
 /// `delete` (a set of nil). `exptime` is in seconds (0 = none), `flags` a number. Returns 1 when
-/// stored, 0 when refused (`*err`, `*errlen`: ngx's message, such as "exists" or "no memory"), and
-/// `*forcible` whether live entries were evicted.
+/// stored, 0 when refused (`out.err`: ngx's message, such as "exists" or "no memory"), and sets
+/// `out.forcible`.
 ///
 /// # Safety
 /// `ud` as for [`named`]; `key` points to `klen` bytes and `s` to `slen` bytes (when `vtype` is
-/// [`VALUE_STRING`]); `err`, `errlen` and `forcible` are writable.
+/// [`VALUE_STRING`]); `out` to a writable [`StoreOut`].
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn vmpool_dict_store(
@@ -189,9 +204,7 @@ pub unsafe extern "C" fn vmpool_dict_store(
     slen: usize,
     exptime: f64,
     flags: f64,
-    err: *mut *const c_char,
-    errlen: *mut usize,
-    forcible: *mut c_int,
+    out: *mut StoreOut,
 ) -> c_int {
     // SAFETY: guaranteed by the caller.
     let Some(named) = (unsafe { named(ud) }) else {
@@ -224,8 +237,8 @@ pub unsafe extern "C" fn vmpool_dict_store(
                     .dict
                     .overwrite_string(mode, key, s, dict::ttl_ns(exptime), flags as u32)
             {
-                // SAFETY: the out-parameters are writable (the caller's guarantee).
-                unsafe { *forcible = c_int::from(w.forcible) };
+                // SAFETY: `out` is writable (the caller's guarantee).
+                unsafe { (*out).forcible = c_int::from(w.forcible) };
                 return 1;
             }
             match dict::try_copy(s) {
@@ -245,19 +258,18 @@ pub unsafe extern "C" fn vmpool_dict_store(
         dict::ttl_ns(exptime),
         flags as u32,
     );
-    // SAFETY: the out-parameters are writable (the caller's guarantee).
-    unsafe {
-        match r {
-            Ok(w) => {
-                *forcible = c_int::from(w.forcible);
-                1
-            }
-            Err(refused) => {
-                *forcible = c_int::from(refused.forcible);
-                *err = refused.err.as_ptr() as *const c_char;
-                *errlen = refused.err.len();
-                0
-            }
+    // SAFETY: `out` is writable (the caller's guarantee).
+    let out = unsafe { &mut *out };
+    match r {
+        Ok(w) => {
+            out.forcible = c_int::from(w.forcible);
+            1
+        }
+        Err(refused) => {
+            out.forcible = c_int::from(refused.forcible);
+            out.err = refused.err.as_ptr() as *const c_char;
+            out.errlen = refused.err.len() as f64;
+            0
         }
     }
 }

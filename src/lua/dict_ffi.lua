@@ -18,12 +18,13 @@ if not path then
 end
 
 local declared = pcall(ffi.cdef, [[
-  typedef struct { double num; size_t len; uint32_t flags; int stale; } vmpool_dict_value;
+  typedef struct { double num; double len; uint32_t flags; int stale; } vmpool_dict_value;
+  typedef struct { const char *err; double errlen; int forcible; } vmpool_dict_store_out;
   int vmpool_dict_get(void *ud, const char *key, size_t klen, int stale, char *buf, size_t cap,
                       vmpool_dict_value *out);
   int vmpool_dict_store(void *ud, int mode, int safe, const char *key, size_t klen, int vtype,
                         double num, const char *s, size_t slen, double exptime, double flags,
-                        const char **err, size_t *errlen, int *forcible);
+                        vmpool_dict_store_out *out);
 ]])
 if not declared then
   return nil, "the FFI declarations clash with ones already made"
@@ -33,7 +34,7 @@ if not loaded then
   return nil, tostring(C)
 end
 
-local type, tonumber, setmetatable = type, tonumber, setmetatable
+local type, setmetatable = type, setmetatable
 local ffi_string, ffi_new = ffi.string, ffi.new
 
 -- the codes of dict_ffi.rs
@@ -42,13 +43,30 @@ local VALUE_NIL, VALUE_FALSE, VALUE_TRUE, VALUE_NUMBER, VALUE_STRING = 0, 1, 2, 
 local SET, ADD, REPLACE = 0, 1, 2
 
 local known = setmetatable({}, { __mode = "k" }) -- handles vmpool.shared returned
-local out = ffi_new("vmpool_dict_value[1]")
-local err_ptr = ffi_new("const char *[1]")
-local err_len = ffi_new("size_t[1]")
-local forcible = ffi_new("int[1]")
--- strings up to this size come back through one reused buffer; longer ones through their own
+
+-- What a call writes into: its out-structures and a buffer for strings up to BUFFER_SIZE bytes
+-- (longer ones come back through one of their own). A call takes the spare scratch and puts it
+-- back when it is done: a finalizer that runs in between (at any allocation, ffi.string's
+-- included) and uses the dictionary gets a scratch of its own instead of overwriting the bytes
+-- or fields that the interrupted call has not read yet.
 local BUFFER_SIZE = 4096
-local buffer = ffi_new("char[?]", BUFFER_SIZE)
+local function new_scratch()
+  return {
+    buf = ffi_new("char[?]", BUFFER_SIZE),
+    value = ffi_new("vmpool_dict_value"),
+    store = ffi_new("vmpool_dict_store_out"),
+  }
+end
+local spare = new_scratch()
+
+local function take()
+  local sc = spare
+  if sc then
+    spare = nil
+    return sc
+  end
+  return new_scratch()
+end
 
 local patched = false
 
@@ -61,35 +79,39 @@ local function patch(methods)
       if known[self] == nil or type(key) ~= "string" then
         return c_method(self, key)
       end
-      local buf, cap = buffer, BUFFER_SIZE
+      local sc = take()
+      local out, buf, cap = sc.value, sc.buf, BUFFER_SIZE
       local code = C.vmpool_dict_get(self, key, #key, stale, buf, cap, out)
       while code == STRING_TOO_LONG do -- again with a buffer of its size (the value may change)
-        cap = tonumber(out[0].len)
+        cap = out.len
         buf = ffi_new("char[?]", cap)
         code = C.vmpool_dict_get(self, key, #key, stale, buf, cap, out)
       end
+      local flags, is_stale = out.flags, out.stale ~= 0
       local v
       if code == STRING then
-        v = ffi_string(buf, out[0].len)
+        v = ffi_string(buf, out.len)
       elseif code == NUMBER then
-        v = out[0].num
-      elseif code == MISSING then
-        return nil
+        v = out.num
       elseif code == TRUE then
         v = true
       elseif code == FALSE then
         v = false
-      else -- FALLBACK (-1)
+      elseif code ~= MISSING then -- FALLBACK (-1)
+        spare = sc
         return c_method(self, key)
       end
-      local flags = out[0].flags
+      spare = sc
+      if v == nil then
+        return nil
+      end
       if stale == 0 then
         if flags ~= 0 then
           return v, flags
         end
         return v
       end
-      return v, flags ~= 0 and flags or nil, out[0].stale ~= 0
+      return v, flags ~= 0 and flags or nil, is_stale
     end
   end
   methods.get = getter(c_get, 0)
@@ -123,12 +145,15 @@ local function patch(methods)
       elseif type(flags) ~= "number" then
         return c_method(self, key, value, exptime, flags)
       end
-      local code = C.vmpool_dict_store(self, mode, safe, key, #key, vtype, num, s, slen, exptime, flags,
-        err_ptr, err_len, forcible)
+      local sc = take()
+      local out = sc.store
+      local code = C.vmpool_dict_store(self, mode, safe, key, #key, vtype, num, s, slen, exptime, flags, out)
+      local evicted, err, errlen = out.forcible ~= 0, out.err, out.errlen
+      spare = sc
       if code == 1 then
-        return true, nil, forcible[0] ~= 0
+        return true, nil, evicted
       elseif code == 0 then
-        return false, ffi_string(err_ptr[0], err_len[0]), forcible[0] ~= 0
+        return false, ffi_string(err, errlen), evicted -- a static message: nothing can change it
       end
       return c_method(self, key, value, exptime, flags) -- FALLBACK (-1)
     end
@@ -143,8 +168,9 @@ local function patch(methods)
     if known[self] == nil or type(key) ~= "string" then
       return c_delete(self, key)
     end
-    local code = C.vmpool_dict_store(self, SET, 0, key, #key, VALUE_NIL, 0, nil, 0, 0, 0, err_ptr, err_len,
-      forcible)
+    local sc = take()
+    local code = C.vmpool_dict_store(self, SET, 0, key, #key, VALUE_NIL, 0, nil, 0, 0, 0, sc.store)
+    spare = sc
     if code == 1 then
       return true, nil, false
     end
