@@ -15,7 +15,7 @@ local cqueues_adapter = {}
 function cqueues_adapter.await(fut) end
 
 ---The adapter's state and counters: dispatching, in_flight, waiting, waits, resumes, early,
----wakeups, empty, completions, dropped, dispatchers, free_conditions.
+---wakeups, empty, completions, dropped, dispatchers, batched, free_conditions.
 ---@return table
 function cqueues_adapter.stats() end
 
