@@ -187,9 +187,13 @@ fn value(st: State, idx: c_int, method: &str) -> Result<Option<Scalar>, Error> {
 /// A copy of a value's bytes for the dictionary, or a `vmpool:` error if the system refuses the
 /// memory (a value may be as large as the dictionary's capacity).
 fn copy(b: &[u8], method: &str) -> Result<Box<[u8]>, Error> {
-    dict::try_copy(b).ok_or_else(|| Error::NoMemory {
+    dict::try_copy(b).ok_or_else(|| no_memory_for_copy(method))
+}
+
+fn no_memory_for_copy(method: &str) -> Error {
+    Error::NoMemory {
         doing: format!("copying the value for dict:{method}()"),
-    })
+    }
 }
 
 /// A TTL in seconds at `idx` (nil = none), as nanoseconds (0 = never); `required` refuses nil.
@@ -592,15 +596,13 @@ fn store_common(st: State, method: &str, mode: Mode, safe: bool) -> Result<c_int
     }
     let exptime = ttl_arg(st, 4, method, "exptime", false)?;
     let flags = uint_arg(st, 5, method, "flags", 0, u32::MAX as u64)? as u32;
-    let v = if is_string {
-        let bytes = st.string_bytes(3);
-        if let Some(w) = d.dict.overwrite_string(mode, k, bytes, exptime, flags) {
-            return stored(st, method, Ok(w));
-        }
-        Some(Scalar::Str(copy(bytes, method)?))
-    } else {
-        v
-    };
+    if is_string {
+        let r = d
+            .dict
+            .store_str(mode, safe, k, st.string_bytes(3), exptime, flags)
+            .ok_or_else(|| no_memory_for_copy(method))?;
+        return stored(st, method, r);
+    }
     stored(st, method, d.dict.store(mode, safe, k, v, exptime, flags))
 }
 

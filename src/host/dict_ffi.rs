@@ -222,6 +222,9 @@ pub unsafe extern "C" fn vmpool_dict_store(
     if !(exptime_ok && flags_ok) {
         return FALLBACK;
     }
+    // SAFETY: guaranteed by the caller.
+    let key = unsafe { bytes(key, klen) };
+    let (safe, ttl, flags) = (safe != 0, dict::ttl_ns(exptime), flags as u32);
     let value = match vtype {
         VALUE_NIL if mode == Mode::Set => None,
         VALUE_FALSE => Some(Scalar::Bool(false)),
@@ -230,36 +233,21 @@ pub unsafe extern "C" fn vmpool_dict_store(
         VALUE_STRING => {
             // SAFETY: guaranteed by the caller.
             let s = unsafe { bytes(s, slen) };
-            // SAFETY: guaranteed by the caller.
-            let key = unsafe { bytes(key, klen) };
-            if let Some(w) =
-                named
-                    .dict
-                    .overwrite_string(mode, key, s, dict::ttl_ns(exptime), flags as u32)
-            {
+            match named.dict.store_str(mode, safe, key, s, ttl, flags) {
                 // SAFETY: `out` is writable (the caller's guarantee).
-                unsafe { (*out).forcible = c_int::from(w.forcible) };
-                return 1;
-            }
-            match dict::try_copy(s) {
-                Some(b) => Some(Scalar::Str(b)),
+                Some(r) => return unsafe { answer_store(r, &mut *out) },
                 None => return FALLBACK, // the C function reports the refused memory
             }
         }
         _ => return FALLBACK,
     };
-    // SAFETY: guaranteed by the caller.
-    let key = unsafe { bytes(key, klen) };
-    let r = named.dict.store(
-        mode,
-        safe != 0,
-        key,
-        value,
-        dict::ttl_ns(exptime),
-        flags as u32,
-    );
+    let r = named.dict.store(mode, safe, key, value, ttl, flags);
     // SAFETY: `out` is writable (the caller's guarantee).
-    let out = unsafe { &mut *out };
+    unsafe { answer_store(r, &mut *out) }
+}
+
+/// Fills `out` with a store's outcome; the return code of `vmpool_dict_store`.
+fn answer_store(r: Result<dict::Written, dict::Refused>, out: &mut StoreOut) -> c_int {
     match r {
         Ok(w) => {
             out.forcible = c_int::from(w.forcible);

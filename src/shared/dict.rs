@@ -464,17 +464,35 @@ impl Dict {
         self.put(own, &mut map, key, entry, safe)
     }
 
+    /// [`Dict::store`] of a string the caller still owns: a string as long as the one stored is
+    /// written over it in place ([`Dict::overwrite_string`]); otherwise the bytes are copied and
+    /// stored. `None` when the system refuses the memory for the copy (nothing changed).
+    pub fn store_str(
+        &self,
+        mode: Mode,
+        safe: bool,
+        key: &[u8],
+        value: &[u8],
+        ttl: u64,
+        flags: u32,
+    ) -> Option<Result<Written, Refused>> {
+        if let Some(w) = self.overwrite_string(mode, key, value, ttl, flags) {
+            return Some(Ok(w));
+        }
+        let copy = try_copy(value)?;
+        Some(self.store(mode, safe, key, Some(Scalar::Str(copy)), ttl, flags))
+    }
+
     /// The common rewrite of a string, done without allocating: `set` (or `replace` of a live
     /// key) of a string as long as the one stored, whose bytes are overwritten in place (and the
     /// entry made the most recently used, as any write does). Returns `None`, having changed
-    /// nothing, when that does not apply; the caller then copies the value and calls
-    /// [`Dict::store`].
+    /// nothing, when that does not apply; [`Dict::store_str`] then copies the value and stores it.
     ///
     /// Why: a copy per `set` means a `malloc` in the writing thread and a `free` of the old value
     /// under the shard's lock, often of memory another thread allocated, which takes that
     /// thread's allocator arena lock: with several threads writing the same keys it was the
     /// dictionary's main cost (bench/shared.lua, "scaling").
-    pub fn overwrite_string(
+    fn overwrite_string(
         &self,
         mode: Mode,
         key: &[u8],
