@@ -6,6 +6,7 @@
 --   invoke     pool:invoke(chunk, "helloLua", i) (core = 1)
 --   echo10     pool:invoke(chunk, "echo", t) with a 10-field table (core = 1)
 --   co_invoke  pool:co_invoke from 100 coroutines under vmpool.run (core = 1)
+--   ring       futures: 1,000 in flight (default pool), wait for the oldest, submit a new one
 --
 -- Usage: lua bench/cg.lua --kind=invoke --n=2000
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
@@ -60,6 +61,19 @@ elseif kind == "co_invoke" then
         end)
       end
     end)
+  end
+elseif kind == "ring" then
+  local futures = vmpool.new { init = B.INIT }
+  futures:compile(CHUNK, B.SCRIPT)
+  local IN_FLIGHT = 1000
+  run = function(count)
+    local ring = {}
+    for i = 1, IN_FLIGHT do ring[i] = futures:submit(CHUNK, "helloLua", i) end
+    for i = IN_FLIGHT + 1, count + IN_FLIGHT do
+      local k = (i - 1) % IN_FLIGHT + 1
+      if ring[k]:wait() ~= i - IN_FLIGHT then error("wrong result") end
+      if i <= count then ring[k] = futures:submit(CHUNK, "helloLua", i) end
+    end
   end
 else
   error("unknown --kind " .. kind)

@@ -22,6 +22,7 @@ run bench/shared.lua
 run bench/map.lua
 run bench/speedup.lua
 run bench/futures.lua
+run bench/tables.lua
 # the OpenResty scripts, when the LuaJIT rock is built (make test builds it) and nginx is there
 if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then
   echo "== bench smoke (luajit, nginx): bench/ngx/shared.lua"

@@ -17,8 +17,9 @@
 //! taken or dropped (a request that stopped waiting leaves a completion behind, which must not
 //! wake a newer request). So tokens stay small and dense, and the adapters' tables of waiting
 //! coroutines keyed by them stay arrays: LuaJIT's tables degrade badly under keys that keep
-//! growing (1.1 µs per insert and delete with 1,000 live keys, against 3 ns for reused ones),
-//! which was most of the luv and cqueues adapters' cost per call on LuaJIT.
+//! growing (about 1 µs per insert and delete with 1,000 live keys, against 2 ns for reused
+//! ones: `bench/tables.lua`), which was most of the luv and cqueues adapters' cost per call on
+//! LuaJIT.
 //!
 //! Loops that poll file descriptors themselves (the luv and cqueues adapters, `src/lua/luv.lua`
 //! and `src/lua/cqueues.lua`) get an eventfd doorbell from `fd = notifier:_pollfd()`: readable

@@ -17,8 +17,8 @@
 --
 -- The calls that the woken coroutines of one batch make are deferred (notifier:_defer) and handed
 -- to the pool together (notifier:_flush): waking a sleeping worker costs a system call and a
--- context switch, and one batch then wakes it once, not once per call (measured: 7.8 -> 4.4
--- CPU-µs per call, bench/adapters.lua).
+-- context switch, and one batch then wakes it once, not once per call
+-- (bench/results/2026-12-01-futures-and-adapters.md).
 
 local _, native, add_loop, shared = ...
 

@@ -14,7 +14,7 @@
 -- The calls that coroutines make while the callback resumes them are deferred (notifier:_defer)
 -- and handed to the pool together (notifier:_flush) every FLUSH_EVERY calls and when the callback
 -- ends: waking a sleeping worker costs a system call and a context switch, and one batch then
--- wakes it once, not once per call (measured: 6.7 -> 3.4 CPU-µs per call, bench/adapters.lua).
+-- wakes it once, not once per call (bench/results/2026-12-01-futures-and-adapters.md).
 --
 -- The poll handle exists only while the pool has calls in flight through this adapter: it is
 -- closed when the last one is dispatched, so a loop with no other work ends (uv.run returns), and
