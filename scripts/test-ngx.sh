@@ -12,6 +12,7 @@ fi
 for cmd in nginx wrk; do
   command -v "$cmd" >/dev/null 2>&1 || { echo "vmpool: $cmd is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 done
+scripts/worker-can-read.sh .
 VMPOOL_NGX_TMP=$(mktemp -d /tmp/vmpool-ngx-test.XXXXXX)
 VMPOOL_ROOT=$PWD
 export VMPOOL_NGX_TMP VMPOOL_ROOT

@@ -10,6 +10,7 @@ cd "$(dirname "$0")/../.."
 for cmd in nginx wrk luajit; do
   command -v "$cmd" >/dev/null 2>&1 || { echo "vmpool: $cmd is missing (scripts/install-deps.sh installs it)" >&2; exit 1; }
 done
+scripts/worker-can-read.sh .
 VMPOOL_NGX_TMP=$(mktemp -d /tmp/vmpool-ngx-bench.XXXXXX)
 # the workers run as nobody when this runs as root: they read Lua files under the prefix
 chmod 755 "$VMPOOL_NGX_TMP"
