@@ -9,6 +9,35 @@ use std::time::Duration;
 /// the loop gets the CPU promptly while heavy calls run.
 pub const NGX_NICE: u8 = 10;
 
+/// The scheduling class of the pool's threads (option `sched`): which threads the kernel runs
+/// first when there are more runnable threads than CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sched {
+    /// `"normal"`: the host's own class (`SCHED_OTHER`), weighed by `nice`.
+    Normal,
+    /// `"batch"`: `SCHED_BATCH`, for CPU-bound work: a batch thread that wakes never preempts the
+    /// running one, and `nice` still weighs it.
+    Batch,
+    /// `"idle"`: `SCHED_IDLE`, runs only on CPU time no normal thread wants: a normal thread that
+    /// wakes (an event loop with a request) preempts it at once. `nice` has no effect on it.
+    Idle,
+}
+
+impl Sched {
+    /// The option's value for this class, as the README and errors spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sched::Normal => "normal",
+            Sched::Batch => "batch",
+            Sched::Idle => "idle",
+        }
+    }
+}
+
+/// The default `sched` of pools created inside nginx (`vmpool.ngx`): measured in
+/// bench/ngx/heavy.lua, see the README's OpenResty section.
+pub const NGX_SCHED: Sched = Sched::Idle;
+
 /// How a pool sizes itself and what it allows a call to do.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -49,6 +78,11 @@ pub struct Config {
     pub nice: u8,
     /// The niceness the worker threads set (from `nice` at `vmpool.new`); `None`: leave it.
     pub thread_nice: Option<i32>,
+    /// The scheduling class each worker thread sets when it starts (Linux: `sched_setscheduler`
+    /// on its own thread; the portable build ignores it). Default: [`Sched::Normal`] (the host's
+    /// class is left alone); pools created inside nginx default to [`NGX_SCHED`]
+    /// (`src/lua/ngx.lua` passes it).
+    pub sched: Sched,
     /// `package.path` / `package.cpath` for children (copied from the host at `vmpool.new`, so
     /// `require` in `init` finds what the host finds).
     pub package_path: Option<Vec<u8>>,
@@ -70,6 +104,7 @@ impl Default for Config {
             jit: true,
             nice: 0,
             thread_nice: None,
+            sched: Sched::Normal,
             package_path: None,
             package_cpath: None,
         }

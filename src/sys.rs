@@ -1,5 +1,5 @@
 //! What vmpool needs from the operating system: CPU count, fork detection, waiting on a 32-bit
-//! word (futex style), which CPU a thread runs on and a thread's own niceness.
+//! word (futex style), which CPU a thread runs on and a thread's own niceness and scheduling class.
 //!
 //! The last two are Linux-specific (futexes, `sched_getcpu`, CPU affinity) and live in
 //! `sys/linux.rs`; `sys/portable.rs` is the fallback for other Unix systems (parking_lot's parking,
@@ -13,14 +13,16 @@ use std::sync::Once;
 mod linux;
 #[cfg(all(target_os = "linux", not(feature = "portable-sys")))]
 pub use linux::{
-    current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, thread_nice, WakeFd,
+    current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, set_thread_sched,
+    thread_nice, WakeFd,
 };
 
 #[cfg(not(all(target_os = "linux", not(feature = "portable-sys"))))]
 mod portable;
 #[cfg(not(all(target_os = "linux", not(feature = "portable-sys"))))]
 pub use portable::{
-    current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, thread_nice, WakeFd,
+    current_cpu, futex_wait, futex_wake, move_off_cpu, set_thread_nice, set_thread_sched,
+    thread_nice, WakeFd,
 };
 
 /// Which implementation of the waiting, CPU and niceness functions this build uses (checked by
@@ -196,21 +198,53 @@ mod tests {
             assert_eq!(-1, current_cpu());
             assert!(!move_off_cpu(0));
             assert!(!set_thread_nice(5));
+            assert!(!set_thread_sched(crate::config::Sched::Idle));
             assert_eq!(None, thread_nice());
         }
+    }
+
+    /// Field `n` (1-based, as proc(5) numbers them) of the calling thread's stat line.
+    #[cfg(target_os = "linux")]
+    fn own_stat(n: usize) -> i64 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("readable");
+        let after_name = &stat[stat.rfind(')').expect("a name") + 2..];
+        after_name
+            .split(' ')
+            .nth(n - 3)
+            .expect("enough fields")
+            .parse()
+            .expect("a number")
     }
 
     /// The niceness of the calling thread, as the kernel reports it (field 19 of its stat line).
     #[cfg(target_os = "linux")]
     fn own_nice() -> i64 {
-        let stat = std::fs::read_to_string("/proc/thread-self/stat").expect("readable");
-        let after_name = &stat[stat.rfind(')').expect("a name") + 2..];
-        after_name
-            .split(' ')
-            .nth(16)
-            .expect("19 fields")
-            .parse()
-            .expect("a number")
+        own_stat(19)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn setting_a_threads_class_changes_that_thread_only() {
+        use crate::config::Sched;
+        let before = own_stat(41);
+        let (batch, idle, normal) = std::thread::spawn(move || {
+            let batch = (set_thread_sched(Sched::Batch), own_stat(41));
+            let idle = (set_thread_sched(Sched::Idle), own_stat(41));
+            // "normal" leaves the class alone (going back up may need privileges)
+            let normal = (set_thread_sched(Sched::Normal), own_stat(41));
+            (batch, idle, normal)
+        })
+        .join()
+        .unwrap();
+        if IMPLEMENTATION == "linux" {
+            assert_eq!((true, libc::SCHED_BATCH as i64), batch);
+            assert_eq!((true, libc::SCHED_IDLE as i64), idle);
+            assert_eq!((true, libc::SCHED_IDLE as i64), normal);
+        } else {
+            assert_eq!((false, before), batch);
+            assert_eq!((false, before), idle);
+        }
+        assert_eq!(before, own_stat(41), "the calling thread is unchanged");
     }
 
     #[cfg(target_os = "linux")]

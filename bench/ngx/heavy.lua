@@ -5,6 +5,8 @@
 --   vmpool    offloaded with vmpool.ngx's co_invoke, 1 worker, CORE pool states
 --   rwt       offloaded with ngx.run_worker_thread, 1 worker, THREADS thread-pool threads
 --   inline2   inline in the request, 2 workers (what users would pick instead)
+-- and, when VARIANTS names it, vmpool_normal: vmpool with sched = "normal" (its threads in the
+-- worker's own scheduling class, only nicer: the default before sched existed), to A/B the class.
 -- Each round runs every variant once, in a rotating order; medians over the rounds with
 -- [min-max] of heavy req/s and of the probe's p50 and p99, and the load average.
 -- Settings: ROUNDS (3), DURATION (8 s), CONNECTIONS (20), CORE (2), THREADS (2), RATE (probes
@@ -64,13 +66,17 @@ http {
   lua_package_path "@PREFIX@/conf/?.lua;/usr/share/lua/5.1/?.lua;;";
   init_worker_by_lua_block {
     local vmpool = require "vmpool"
-    vmpool.ngx.pool("heavy", function()
-      local pool = vmpool.new { core = @CORE@, max_noncore = 0 }
-      local f = assert(io.open("@PREFIX@/conf/work.lua"))
-      pool:compile("work", f:read("*a"))
-      f:close()
-      return pool
-    end)
+    local function create(sched)
+      return function()
+        local pool = vmpool.new { core = @CORE@, max_noncore = 0, sched = sched }
+        local f = assert(io.open("@PREFIX@/conf/work.lua"))
+        pool:compile("work", f:read("*a"))
+        f:close()
+        return pool
+      end
+    end
+    vmpool.ngx.pool("heavy", create(nil))
+    vmpool.ngx.pool("heavy_normal", create("normal"))
     vmpool.ngx.init_worker()
   }
   server {
@@ -86,6 +92,11 @@ http {
         ngx.say(require("vmpool").ngx.pool("heavy"):co_invoke("work", "hash", @WORK@))
       }
     }
+    location = /vmpool_normal {
+      content_by_lua_block {
+        ngx.say(require("vmpool").ngx.pool("heavy_normal"):co_invoke("work", "hash", @WORK@))
+      }
+    }
     location = /rwt {
       content_by_lua_block {
         local ok, h = ngx.run_worker_thread("heavy", "work", "hash", @WORK@)
@@ -98,8 +109,9 @@ http {
 ]]
 
 -- what each variant requests, on a server with how many workers
-local PATH = { inline1 = "/inline", vmpool = "/vmpool", rwt = "/rwt", inline2 = "/inline" }
-local WORKERS = { inline1 = 1, vmpool = 1, rwt = 1, inline2 = 2 }
+local PATH = { inline1 = "/inline", vmpool = "/vmpool", vmpool_normal = "/vmpool_normal", rwt = "/rwt",
+  inline2 = "/inline" }
+local WORKERS = { inline1 = 1, vmpool = 1, vmpool_normal = 1, rwt = 1, inline2 = 2 }
 
 local function server(workers)
   local port = H.free_port()
@@ -233,6 +245,10 @@ local ok, err = pcall(function()
   end
   if med.vmpool and med.inline2 then
     print(("vmpool / inline with 2 workers: heavy req/s %.2fx (goal >= 0.95)"):format(med.vmpool.rps / med.inline2.rps))
+  end
+  if med.vmpool and med.vmpool_normal then
+    print(("vmpool (default sched) / vmpool_normal: heavy req/s %.2fx, /ping p99 %.2fx"):format(
+      med.vmpool.rps / med.vmpool_normal.rps, med.vmpool.p99 / med.vmpool_normal.p99))
   end
   if OUT then
     -- every round of every variant (rows[v].rps[round] and so on, rounds paired by index), so that

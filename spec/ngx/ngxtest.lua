@@ -19,22 +19,25 @@ function M.sleep(seconds)
   return seconds
 end
 function M.fail_at(x) if x == 3 then error("three") end return x end
-function M.nice() return NICE() end
+function M.nice() return NICE(), POLICY() end
 return M
 ]]
 
--- the calling thread's niceness: field 19 of /proc/thread-self/stat (17th after the name)
+-- the calling thread's niceness and scheduling policy: fields 19 and 41 of /proc/thread-self/stat
+-- (17th and 39th after the name)
 local NICE_SOURCE = [[
-function NICE()
+local function stat(n)
   local f = assert(io.open("/proc/thread-self/stat"))
-  local stat = f:read("*a")
+  local line = f:read("*a")
   f:close()
   local fields = {}
-  for field in stat:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = field end
-  return tonumber(fields[17])
+  for field in line:match("%) (.*)$"):gmatch("%S+") do fields[#fields + 1] = field end
+  return tonumber(fields[n])
 end
+function NICE() return stat(17) end
+function POLICY() return stat(39) end
 ]]
-local own_nice = assert(loadstring(NICE_SOURCE .. "\nreturn NICE"))()
+local own_nice, own_policy = assert(loadstring(NICE_SOURCE .. "\nreturn NICE, POLICY"))()
 
 -- core = 2 and no more: /spin on both states keeps every state busy
 function T.pool()
@@ -60,9 +63,11 @@ function T.map()
   ngx.say(#r, " ", sum)
 end
 
--- the niceness of this worker's thread and of a pool state's (the option nice, default 10 here)
+-- the niceness and scheduling policy of this worker's thread and of a pool state's (the options
+-- nice and sched, default 10 and "idle" here)
 function T.nice()
-  ngx.say("worker=", own_nice(), " state=", T.pool():co_invoke("t", "nice"))
+  local nice, policy = T.pool():co_invoke("t", "nice")
+  ngx.say("worker=", own_nice(), " state=", nice, " worker_policy=", own_policy(), " state_policy=", policy)
 end
 
 -- the reload test's load: more states, calls that wait without using the CPU

@@ -4,7 +4,7 @@
 use std::ffi::c_int;
 use std::time::Duration;
 
-use crate::config::Config;
+use crate::config::{Config, Sched};
 use crate::error::lua_number;
 use crate::host::protect::protected;
 use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
@@ -22,6 +22,7 @@ const KNOWN: &[&str] = &[
     "max_waiting",
     "jit",
     "nice",
+    "sched",
 ];
 
 /// Largest integer option accepted (besides `math.huge`): every integer up to it is exact in a
@@ -141,6 +142,7 @@ fn read_fields(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
             "max_waiting" => cfg.max_waiting = v.count(true, MAX_COUNT)?,
             "jit" => cfg.jit = v.boolean()?,
             "nice" => cfg.nice = v.niceness()?,
+            "sched" => cfg.sched = v.sched()?,
             _ => unreachable!("checked against KNOWN"),
         }
         st.pop(1);
@@ -235,6 +237,26 @@ impl Field<'_> {
     fn niceness(&self) -> Result<u8, Error> {
         let n = self.count(false, 19)?;
         Ok(n as u8)
+    }
+
+    /// `sched`: "normal", "batch" or "idle"; a wrong string is shown (cut to 40 bytes).
+    fn sched(&self) -> Result<Sched, Error> {
+        const EXPECTED: &str = "\"normal\", \"batch\" or \"idle\"";
+        let got = match self.st.to_bytes(-1) {
+            Some(b) if self.st.type_of(-1) == TSTRING => b,
+            _ => return Err(self.wrong(EXPECTED)),
+        };
+        [Sched::Normal, Sched::Batch, Sched::Idle]
+            .into_iter()
+            .find(|s| got == s.name().as_bytes())
+            .ok_or_else(|| {
+                let shown = String::from_utf8_lossy(&got[..got.len().min(40)]);
+                Error::BadArgument(format!(
+                    "option 'sched' to vmpool.new must be {EXPECTED} (got \"{}\"{})",
+                    shown.escape_debug(),
+                    if got.len() > 40 { "..." } else { "" }
+                ))
+            })
     }
 
     fn boolean(&self) -> Result<bool, Error> {

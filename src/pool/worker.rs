@@ -187,8 +187,9 @@ fn leave_callers_cpu(pool: &Pool, last_move: &mut Option<Instant>) -> bool {
 }
 
 fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc<Latch>>) {
+    // best effort, both: a system that refuses them runs the state at the host's priority
+    crate::sys::set_thread_sched(pool.config.sched);
     if let Some(nice) = pool.config.thread_nice {
-        // best effort: a system that refuses it runs the state at the host's priority
         crate::sys::set_thread_nice(nice);
     }
     let mut child = match Child::new(&pool.config) {

@@ -1,5 +1,7 @@
 //! The Linux versions of the waiting and CPU functions: futexes, `sched_getcpu`, CPU affinity and
-//! a thread's niceness.
+//! a thread's niceness and scheduling class.
+
+use crate::config::Sched;
 
 /// Sleeps while `word` still holds `expected` (or until woken, or `timeout`). May return
 /// spuriously: callers re-check their condition. Linux futex; the kernel compares and sleeps
@@ -96,6 +98,20 @@ pub fn set_thread_nice(nice: i32) -> bool {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
         libc::setpriority(libc::PRIO_PROCESS, tid, nice) == 0
     }
+}
+
+/// Puts the calling thread in scheduling class `sched` (`sched_setscheduler` with pid 0 changes
+/// the calling thread only). True if it took effect. Moving to a lower class needs no privilege;
+/// [`Sched::Normal`] leaves the thread as it is.
+pub fn set_thread_sched(sched: Sched) -> bool {
+    let policy = match sched {
+        Sched::Normal => return true,
+        Sched::Batch => libc::SCHED_BATCH,
+        Sched::Idle => libc::SCHED_IDLE,
+    };
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain system call on the calling thread; `param` lives across the call.
+    unsafe { libc::sched_setscheduler(0, policy, &param) == 0 }
 }
 
 /// A descriptor that pollers see readable from [`WakeFd::signal`] until [`WakeFd::reset`]: an

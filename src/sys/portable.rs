@@ -1,7 +1,8 @@
 //! The fallback for systems without Linux's futexes, `sched_getcpu` and affinity calls: waiting on
 //! a word through parking_lot's parking lot (keyed by the word's address), no CPU moves, and no
-//! per-thread niceness.
+//! per-thread niceness or scheduling class.
 
+use crate::config::Sched;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -68,6 +69,12 @@ pub fn thread_nice() -> Option<i32> {
 /// Does nothing: POSIX `setpriority` applies to a whole process, not to one thread, so the
 /// `nice` option has no effect in this build.
 pub fn set_thread_nice(_nice: i32) -> bool {
+    false
+}
+
+/// Does nothing: POSIX scheduling policies apply to a whole process here, so the `sched` option
+/// has no effect in this build.
+pub fn set_thread_sched(_sched: Sched) -> bool {
     false
 }
 
