@@ -3,10 +3,14 @@
 //! Past 600 lines because it is one data structure with `ngx.shared.DICT`'s 21 operations, their
 //! exact results, eviction and byte accounting, and its unit tests.
 //!
-//! Entries live in shards, each a mutex over a map kept in least-recently-used order; a key's hash
-//! picks its shard, so threads working on different keys rarely meet on a lock, and no operation
-//! holds a lock for longer than one entry's work (the whole-dictionary operations lock one shard
-//! at a time). The capacity is one byte budget for the whole dictionary, reserved with an atomic
+//! Entries live in shards, each a read-write lock over a map kept in recently-written order; a
+//! key's hash picks its shard, so threads working on different keys rarely meet on a lock, and no
+//! operation holds a lock for longer than one entry's work (the whole-dictionary operations lock
+//! one shard at a time). Reads (`get`, `get_stale`, `ttl`, `llen`, `get_keys`) share the lock:
+//! instead of moving the entry to the front, which is a write, a read sets the entry's
+//! `referenced` bit, and eviction gives a referenced entry a second chance (the CLOCK
+//! approximation of least-recently-used). Readers of the same keys on several threads then run
+//! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). The capacity is one byte budget for the whole dictionary, reserved with an atomic
 //! counter, so a dictionary of any size can hold one entry as large as itself.
 //!
 //! What follows `ngx.shared.DICT` (lua-nginx-module's `ngx_http_lua_shdict.c`), so that code written
@@ -14,8 +18,8 @@
 //! - expired entries are invisible to `get` but stay readable by `get_stale` until they are
 //!   removed: lazily, up to two from the least recently used end of the shard on each write and
 //!   each `get`, by `flush_expired`, or when their room is needed;
-//! - a write that needs room evicts least recently used entries (of its own shard first, then of
-//!   others it can lock without waiting), at most [`MAX_EVICTIONS`], and reports that it did
+//! - a write that needs room evicts the least recently used entries (of its own shard first, then
+//!   of others it can lock without waiting), at most [`MAX_EVICTIONS`], and reports that it did
 //!   (`forcible`); the `safe` writes evict nothing and fail with "no memory" instead;
 //! - `flush_all` marks every entry expired (still readable by `get_stale`);
 //! - `incr` keeps the TTL and flags of an existing number; `init_ttl` only applies to the entry
@@ -23,14 +27,17 @@
 //!
 //! Where it differs, on purpose: `ttl` and `expire` treat an expired entry as absent (ngx answers
 //! for expired entries that happen not to have been removed yet, which depends on timing); a write
-//! that fails with "no memory" leaves the old value in place (ngx has already dropped it); and the
+//! that fails with "no memory" leaves the old value in place (ngx has already dropped it); the
 //! least recently used order is kept per shard, so with more than one shard eviction picks the
-//! least recently used entry of the shard that needs room, not of the whole dictionary
-//! (`shards = 1` gives ngx's exact order).
+//! least recently used entry of the shard that needs room, not of the whole dictionary; and that
+//! order is CLOCK's approximation: the oldest-written entry not read since eviction last passed
+//! it goes first. With `shards = 1` that is ngx's order except where an entry was read twice
+//! between evictions (ngx orders the entries read by the time of their last read; here they keep
+//! their write order among themselves).
 
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 // foldhash (hashbrown's own default) instead of std's SipHash: SipHash was about 190 of a get's
 // 2,300 instructions (callgrind). Each dictionary gets its own random seed, which keeps keys
@@ -38,7 +45,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 // not claim more than that against a determined attacker.
 use foldhash::fast::RandomState;
 use lru::LruCache;
-use parking_lot::Mutex;
+use parking_lot::{RwLock, RwLockReadGuard};
 
 /// Bytes an entry costs besides its key and value (about what ngx's node and slab rounding cost),
 /// so that many tiny entries cannot exceed the capacity by much in real memory.
@@ -122,9 +129,30 @@ struct Entry {
     expires: u64,
     /// What the entry counts against the capacity.
     size: usize,
+    /// Set by reads (under the shared lock), cleared by eviction passing over the entry: a read
+    /// entry gets a second chance before it is evicted.
+    referenced: AtomicBool,
 }
 
 impl Entry {
+    fn new(value: Stored, flags: u32, expires: u64, size: usize) -> Entry {
+        Entry {
+            value,
+            flags,
+            expires,
+            size,
+            referenced: AtomicBool::new(false),
+        }
+    }
+
+    /// Marks the entry as read. Only a load when it is marked already, so that readers on
+    /// several threads do not take turns writing the entry's cache line.
+    fn touch(&self) {
+        if !self.referenced.load(Ordering::Relaxed) {
+            self.referenced.store(true, Ordering::Relaxed);
+        }
+    }
+
     fn expired(&self, now: u64) -> bool {
         self.expires != 0 && self.expires <= now
     }
@@ -207,8 +235,23 @@ fn refused(err: &'static str) -> Refused {
 
 type Map = LruCache<Box<[u8]>, Entry, RandomState>;
 
+/// Takes the entry to evict out of `map`: the least recently written one that was not read since
+/// eviction last passed it. A read entry at the tail loses its mark and goes to the front (its
+/// second chance); after one pass over the shard every mark is gone, so this ends.
+fn pop_victim(map: &mut Map) -> Option<Entry> {
+    for _ in 0..map.len() {
+        let (_, e) = map.peek_lru()?;
+        if !e.referenced.swap(false, Ordering::Relaxed) {
+            break;
+        }
+        let (k, e) = map.pop_lru()?;
+        map.push(k, e);
+    }
+    map.pop_lru().map(|(_, e)| e)
+}
+
 pub struct Dict {
-    shards: Box<[Mutex<Map>]>,
+    shards: Box<[RwLock<Map>]>,
     hasher: RandomState,
     capacity: usize,
     used: AtomicUsize,
@@ -247,7 +290,7 @@ impl Dict {
     /// A dictionary of `capacity` bytes in `shards` shards (both at least 1).
     pub fn new(capacity: usize, shards: usize) -> Dict {
         let shards = (0..shards.max(1))
-            .map(|_| Mutex::new(LruCache::unbounded_with_hasher(RandomState::default())))
+            .map(|_| RwLock::new(LruCache::unbounded_with_hasher(RandomState::default())))
             .collect();
         Dict {
             shards,
@@ -351,20 +394,34 @@ impl Dict {
     /// Evicts the least recently used entry of shard `own`, or else of another shard whose lock
     /// is free right now (never waiting for one while holding `own`'s: no deadlock).
     fn evict_one(&self, own: usize, map: &mut Map) -> bool {
-        if let Some((_, e)) = map.pop_lru() {
+        if let Some(e) = pop_victim(map) {
             self.release(e.size);
             return true;
         }
         let n = self.shards.len();
         for step in 1..n {
-            if let Some(mut other) = self.shards[(own + step) % n].try_lock() {
-                if let Some((_, e)) = other.pop_lru() {
+            if let Some(mut other) = self.shards[(own + step) % n].try_write() {
+                if let Some(e) = pop_victim(&mut other) {
                     self.release(e.size);
                     return true;
                 }
             }
         }
         false
+    }
+
+    /// The shard of `key` locked for reading, after the write that removes expired entries from
+    /// its tail when there are any (`expire = true`; ngx removes them on every `get`). Checking
+    /// under the shared lock first keeps the common read from taking the exclusive one.
+    fn read_shard(&self, key: &[u8], now: u64, expire: bool) -> RwLockReadGuard<'_, Map> {
+        let shard = &self.shards[self.shard(key)];
+        let map = shard.read();
+        if !expire || !map.peek_lru().is_some_and(|(_, e)| e.expired(now)) {
+            return map;
+        }
+        drop(map);
+        self.expire_tail(&mut shard.write(), now);
+        shard.read()
     }
 
     /// `get` (`stale = false`) and `get_stale` (`stale = true`), as an owned value.
@@ -395,17 +452,15 @@ impl Dict {
     /// before they go into a Lua state, which can run finalizers that use this dictionary.
     pub fn get_into(&self, key: &[u8], stale: bool, out: &mut Vec<u8>) -> Found {
         let now = self.now();
-        let mut map = self.shards[self.shard(key)].lock();
-        if !stale {
-            self.expire_tail(&mut map, now);
-        }
-        let Some(e) = map.get(key) else {
+        let map = self.read_shard(key, now, !stale);
+        let Some(e) = map.peek(key) else {
             return Found::Missing;
         };
         let expired = e.expired(now);
         if expired && !stale {
             return Found::Missing;
         }
+        e.touch();
         let value = match &e.value {
             Stored::List(_) => return Found::List,
             Stored::Scalar(Scalar::Bool(b)) => Kind::Bool(*b),
@@ -440,7 +495,7 @@ impl Dict {
     ) -> Result<Written, Refused> {
         let now = self.now();
         let own = self.shard(key);
-        let mut map = self.shards[own].lock();
+        let mut map = self.shards[own].write();
         self.expire_tail(&mut map, now);
         let live = map.peek(key).map(|e| !e.expired(now));
         match (mode, live) {
@@ -455,12 +510,7 @@ impl Dict {
             return Ok(Written { forcible: false });
         };
         let size = scalar_size(key, &value);
-        let entry = Entry {
-            value: Stored::Scalar(value),
-            flags,
-            expires: self.deadline(ttl, now),
-            size,
-        };
+        let entry = Entry::new(Stored::Scalar(value), flags, self.deadline(ttl, now), size);
         self.put(own, &mut map, key, entry, safe)
     }
 
@@ -504,7 +554,7 @@ impl Dict {
             return None;
         }
         let now = self.now();
-        let mut map = self.shards[self.shard(key)].lock();
+        let mut map = self.shards[self.shard(key)].write();
         self.expire_tail(&mut map, now);
         let deadline = self.deadline(ttl, now);
         let e = map.peek_mut(key)?;
@@ -575,7 +625,7 @@ impl Dict {
     ) -> Result<(Number, Written), Refused> {
         let now = self.now();
         let own = self.shard(key);
-        let mut map = self.shards[own].lock();
+        let mut map = self.shards[own].write();
         self.expire_tail(&mut map, now);
         if let Some(e) = map.get_mut(key).filter(|e| !e.expired(now)) {
             return match &mut e.value {
@@ -591,12 +641,8 @@ impl Dict {
         };
         let n = init.add(delta);
         let value = Scalar::Num(n);
-        let entry = Entry {
-            size: scalar_size(key, &value),
-            value: Stored::Scalar(value),
-            flags: 0,
-            expires: self.deadline(init_ttl, now),
-        };
+        let size = scalar_size(key, &value);
+        let entry = Entry::new(Stored::Scalar(value), 0, self.deadline(init_ttl, now), size);
         self.put(own, &mut map, key, entry, false).map(|w| (n, w))
     }
 
@@ -605,7 +651,7 @@ impl Dict {
     pub fn push(&self, key: &[u8], item: Item, front: bool) -> Result<usize, Refused> {
         let now = self.now();
         let own = self.shard(key);
-        let mut map = self.shards[own].lock();
+        let mut map = self.shards[own].write();
         self.expire_tail(&mut map, now);
         let (mut list, flags, expires, old_size) = match map.pop(key) {
             Some(e) if e.expired(now) => {
@@ -617,6 +663,7 @@ impl Dict {
                 flags,
                 expires,
                 size,
+                ..
             }) => (l, flags, expires, size),
             Some(other) => {
                 map.push(Box::from(key), other);
@@ -632,12 +679,7 @@ impl Dict {
         let need = base + item.size();
         let restore = |map: &mut Map, list: VecDeque<Item>| {
             if old_size > 0 {
-                let e = Entry {
-                    value: Stored::List(list),
-                    flags,
-                    expires,
-                    size: old_size,
-                };
+                let e = Entry::new(Stored::List(list), flags, expires, old_size);
                 map.push(Box::from(key), e);
             }
         };
@@ -651,12 +693,7 @@ impl Dict {
             list.push_back(item);
         }
         let len = list.len();
-        let e = Entry {
-            value: Stored::List(list),
-            flags,
-            expires,
-            size: old_size + need,
-        };
+        let e = Entry::new(Stored::List(list), flags, expires, old_size + need);
         map.push(Box::from(key), e);
         Ok(len)
     }
@@ -664,7 +701,7 @@ impl Dict {
     /// `lpop` (`front`) and `rpop`. An emptied list is removed.
     pub fn pop(&self, key: &[u8], front: bool) -> Result<Option<Item>, Refused> {
         let now = self.now();
-        let mut map = self.shards[self.shard(key)].lock();
+        let mut map = self.shards[self.shard(key)].write();
         self.expire_tail(&mut map, now);
         let Some(e) = map.get_mut(key).filter(|e| !e.expired(now)) else {
             return Ok(None);
@@ -693,8 +730,10 @@ impl Dict {
     /// `llen`: 0 for a missing or expired key.
     pub fn llen(&self, key: &[u8]) -> Result<usize, Refused> {
         let now = self.now();
-        let mut map = self.shards[self.shard(key)].lock();
-        match map.get(key).filter(|e| !e.expired(now)) {
+        let map = self.read_shard(key, now, false);
+        let e = map.peek(key).filter(|e| !e.expired(now));
+        e.inspect(|e| e.touch());
+        match e {
             None => Ok(0),
             Some(Entry {
                 value: Stored::List(l),
@@ -707,7 +746,7 @@ impl Dict {
     /// `ttl`: nanoseconds left (0 = no expiry), `None` if the key is missing or expired.
     pub fn ttl(&self, key: &[u8]) -> Option<u64> {
         let now = self.now();
-        let map = self.shards[self.shard(key)].lock();
+        let map = self.read_shard(key, now, false);
         let e = map.peek(key).filter(|e| !e.expired(now))?;
         Some(if e.expires == 0 { 0 } else { e.expires - now })
     }
@@ -715,7 +754,7 @@ impl Dict {
     /// `expire`: gives a live key a new TTL (0 = never); false if it is missing or expired.
     pub fn expire(&self, key: &[u8], ttl: u64) -> bool {
         let now = self.now();
-        let mut map = self.shards[self.shard(key)].lock();
+        let mut map = self.shards[self.shard(key)].write();
         match map.peek_mut(key).filter(|e| !e.expired(now)) {
             Some(e) => {
                 e.expires = self.deadline(ttl, now);
@@ -729,7 +768,7 @@ impl Dict {
     pub fn flush_all(&self) {
         let now = self.now();
         for shard in self.shards.iter() {
-            for (_, e) in shard.lock().iter_mut() {
+            for (_, e) in shard.write().iter_mut() {
                 e.expires = now;
             }
         }
@@ -740,7 +779,7 @@ impl Dict {
         let now = self.now();
         let mut freed = 0;
         for shard in self.shards.iter() {
-            let mut map = shard.lock();
+            let mut map = shard.write();
             map.retain(|_, e| {
                 let remove = e.expired(now) && (max == 0 || freed < max);
                 if remove {
@@ -756,12 +795,13 @@ impl Dict {
         freed
     }
 
-    /// `get_keys`: live keys, at most `max` (0 = all), most recently used first within a shard.
+    /// `get_keys`: live keys, at most `max` (0 = all), most recently written first within a
+    /// shard.
     pub fn keys(&self, max: usize) -> Vec<Box<[u8]>> {
         let now = self.now();
         let mut keys = Vec::new();
         for shard in self.shards.iter() {
-            let map = shard.lock();
+            let map = shard.read();
             for (k, e) in map.iter() {
                 if max != 0 && keys.len() >= max {
                     return keys;
@@ -845,6 +885,50 @@ mod tests {
                 err: "no memory",
                 forcible: false
             })
+        );
+    }
+
+    #[test]
+    fn a_read_entry_gets_a_second_chance_and_then_is_evicted_like_the_others() {
+        let entry = scalar_size(b"k0", &s("0123456789"));
+        let d = Dict::new(entry * 3, 1);
+        let set = |k: &str| {
+            d.store(Mode::Set, false, k.as_bytes(), Some(s("0123456789")), 0, 0)
+                .unwrap()
+        };
+        for k in ["k0", "k1", "k2"] {
+            set(k);
+        }
+        // k0 and k1 are read: k2, written last, is the one eviction picks
+        assert!(got(&d, "k0").is_some() && got(&d, "k1").is_some());
+        assert!(set("k3").forcible);
+        assert!(got(&d, "k2").is_none());
+        // that pass cleared k0's and k1's marks (they went to the front, k1 last): unread since,
+        // k3 being newer, k0 goes next
+        assert!(set("k4").forcible);
+        assert!(got(&d, "k0").is_none());
+        assert!(got(&d, "k1").is_some() && got(&d, "k3").is_some() && got(&d, "k4").is_some());
+    }
+
+    #[test]
+    fn readers_of_one_shard_do_not_wait_for_each_other() {
+        let d = std::sync::Arc::new(Dict::new(1 << 20, 1));
+        d.store(Mode::Set, false, b"k", Some(s("v")), 0, 0).unwrap();
+        // a reader in the middle of its read: a mutex would keep the other thread waiting
+        let held = d.shards[0].read();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send((got(&d, "k"), d.ttl(b"k"), d.llen(b"k"), d.keys(0).len()));
+            })
+        };
+        let seen = rx.recv_timeout(std::time::Duration::from_secs(30));
+        drop(held);
+        reader.join().unwrap();
+        assert_eq!(
+            seen.expect("the reads finished while another reader held the shard"),
+            (Some(s("v")), Some(0), Err(refused("value not a list")), 1)
         );
     }
 
@@ -970,7 +1054,7 @@ mod tests {
         let used: usize = d
             .shards
             .iter()
-            .map(|s| s.lock().iter().map(|(_, e)| e.size).sum::<usize>())
+            .map(|s| s.read().iter().map(|(_, e)| e.size).sum::<usize>())
             .sum();
         assert_eq!(d.capacity() - d.free_space(), used);
         d.flush_all();
