@@ -35,5 +35,12 @@ if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then
       { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
     rm -f /tmp/vmpool-bench-smoke.$$
   fi
+  # valgrind is not a dependency of the tests (scripts/install-deps.sh lists it as an extra)
+  if command -v wrk >/dev/null 2>&1 && command -v valgrind >/dev/null 2>&1; then
+    echo "== bench smoke (luajit, nginx, valgrind): bench/ngx/instructions.lua"
+    SKIP_BUILD=1 ENDPOINTS=vmpool bench/ngx/run.sh bench/ngx/instructions.lua > /tmp/vmpool-bench-smoke.$$ 2>&1 ||
+      { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
+    rm -f /tmp/vmpool-bench-smoke.$$
+  fi
 fi
 echo "bench smoke: every benchmark script ran"
