@@ -326,13 +326,17 @@ local function analysis()
     local separated = F.clearly_below(r99, v99)
     w(string.format("**Heavy work in OpenResty.** The event loop stays responsive most of the time: /ping's median " ..
       "is %s ms with vmpool and %s ms with `ngx.run_worker_thread`. The tail is what misses the goals: p99 %s ms " ..
-      "against %s ms. %s Both offloaders keep the heavy work off the loop; the likely rest is a light " ..
-      "request arriving while both CPUs run pool threads and waiting for a scheduler slice (a few ms, the scale " ..
-      "of these tails), which a pool thread's niceness (`nice`, 10 inside nginx) shortens but cannot remove when " ..
-      "the offloaded work alone fills both CPUs. Heavy req/s is %s run_worker_thread's: both are bound by " ..
-      "the same two CPUs doing the hashing, so the 5%% the goal asks for would have to come from the loop's " ..
-      "own cost per request, which " ..
-      "is small next to 1 ms of work.",
+      "against %s ms. %s Both offloaders keep the heavy work off the loop. Inside nginx vmpool's threads run " ..
+      "in the idle scheduling class (`sched = \"idle\"`), so a woken event loop preempts them at once instead " ..
+      "of waiting for the end of their time slice; against the same pool in the normal class (`nice` 10 only, " ..
+      "the previous default) that took the median p99 from 3.67 to 2.10 ms in one interleaved A/B " ..
+      "(bench/results/2026-12-01-sched-and-shared.md). What is left is not the CPUs being busy: with two " ..
+      "idle-class busy loops and no offloading at all, the same probe sees p99 of 0.1 to 0.2 ms on this " ..
+      "machine. It comes and goes from round to round for both offloaders (0.1 to 4 ms), and its cause in the " ..
+      "worker process is not identified yet. Heavy req/s is %s run_worker_thread's: both are bound by " ..
+      "the same two CPUs doing the hashing, and the idle class costs vmpool about 3%% of it (the A/B: 0.97x), " ..
+      "so the 5%% the goal asks for would have to come from the loop's own cost per request, which is small " ..
+      "next to 1 ms of work.",
       t(v50.median), t(r50.median), t(v99.median), t(r99.median),
       separated and "run_worker_thread's tail is clearly lower in these rounds." or
         "The two tails are not separated by these rounds (their ranges overlap: " .. mmm(v99) .. " against " ..

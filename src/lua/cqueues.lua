@@ -175,7 +175,8 @@ end
 
 -- `cq`: the controller, from `drives` below (one cqueues.running() per call, not two)
 local function co_invoke(cq, pool, chunk, fn, ...)
-  local s = state_of(cq, pool)
+  local pools = loops[cq]
+  local s = pools and pools[pool] or state_of(cq, pool) -- the lookup inline: no call per call
   local notifier = s.notifier
   local token
   if s.batch_left > 0 then
