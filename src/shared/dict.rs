@@ -235,6 +235,26 @@ fn refused(err: &'static str) -> Refused {
 
 type Map = LruCache<Box<[u8]>, Entry, RandomState>;
 
+/// A shard's map on cache lines of its own, away from its lock's word and from the other shards:
+/// every get writes the lock word twice (taking and releasing the read lock), and a map header
+/// on the same line would then be fetched again by every other reader (128 bytes: x86 fetches
+/// lines in pairs).
+#[repr(align(128))]
+struct OwnLines(Map);
+
+impl std::ops::Deref for OwnLines {
+    type Target = Map;
+    fn deref(&self) -> &Map {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for OwnLines {
+    fn deref_mut(&mut self) -> &mut Map {
+        &mut self.0
+    }
+}
+
 /// Takes the entry to evict out of `map`: the least recently written one that was not read since
 /// eviction last passed it. A read entry at the tail loses its mark and goes to the front (its
 /// second chance); after one pass over the shard every mark is gone, so this ends.
@@ -251,7 +271,7 @@ fn pop_victim(map: &mut Map) -> Option<Entry> {
 }
 
 pub struct Dict {
-    shards: Box<[RwLock<Map>]>,
+    shards: Box<[RwLock<OwnLines>]>,
     hasher: RandomState,
     capacity: usize,
     used: AtomicUsize,
@@ -290,7 +310,11 @@ impl Dict {
     /// A dictionary of `capacity` bytes in `shards` shards (both at least 1).
     pub fn new(capacity: usize, shards: usize) -> Dict {
         let shards = (0..shards.max(1))
-            .map(|_| RwLock::new(LruCache::unbounded_with_hasher(RandomState::default())))
+            .map(|_| {
+                RwLock::new(OwnLines(LruCache::unbounded_with_hasher(
+                    RandomState::default(),
+                )))
+            })
             .collect();
         Dict {
             shards,
@@ -413,7 +437,7 @@ impl Dict {
     /// The shard of `key` locked for reading, after the write that removes expired entries from
     /// its tail when there are any (`expire = true`; ngx removes them on every `get`). Checking
     /// under the shared lock first keeps the common read from taking the exclusive one.
-    fn read_shard(&self, key: &[u8], now: u64, expire: bool) -> RwLockReadGuard<'_, Map> {
+    fn read_shard(&self, key: &[u8], now: u64, expire: bool) -> RwLockReadGuard<'_, OwnLines> {
         let shard = &self.shards[self.shard(key)];
         let map = shard.read();
         if !expire || !map.peek_lru().is_some_and(|(_, e)| e.expired(now)) {
