@@ -4,35 +4,12 @@
 
 use std::time::Duration;
 
+pub use crate::sys::Sched;
+
 /// The default `nice` of pools created inside nginx (`vmpool.ngx`): CFS then weighs a busy pool
 /// thread at about a tenth of the event loop (110 against 1024), so a light request that wakes
 /// the loop gets the CPU promptly while heavy calls run.
 pub const NGX_NICE: u8 = 10;
-
-/// The scheduling class of the pool's threads (option `sched`): which threads the kernel runs
-/// first when there are more runnable threads than CPUs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Sched {
-    /// `"normal"`: the host's own class (`SCHED_OTHER`), weighed by `nice`.
-    Normal,
-    /// `"batch"`: `SCHED_BATCH`, for CPU-bound work: a batch thread that wakes never preempts the
-    /// running one, and `nice` still weighs it.
-    Batch,
-    /// `"idle"`: `SCHED_IDLE`, runs only on CPU time no normal thread wants: a normal thread that
-    /// wakes (an event loop with a request) preempts it at once. `nice` has no effect on it.
-    Idle,
-}
-
-impl Sched {
-    /// The option's value for this class, as the README and errors spell it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Sched::Normal => "normal",
-            Sched::Batch => "batch",
-            Sched::Idle => "idle",
-        }
-    }
-}
 
 /// The default `sched` of pools created inside nginx (`vmpool.ngx`): measured in
 /// bench/ngx/heavy.lua, see the README's OpenResty section.

@@ -25,6 +25,31 @@ pub use portable::{
     thread_nice, WakeFd,
 };
 
+/// The scheduling class of the pool's threads (option `sched`): which threads the kernel runs
+/// first when there are more runnable threads than CPUs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sched {
+    /// `"normal"`: the host's own class (`SCHED_OTHER`), weighed by `nice`.
+    Normal,
+    /// `"batch"`: `SCHED_BATCH`, for CPU-bound work: a batch thread that wakes never preempts the
+    /// running one, and `nice` still weighs it.
+    Batch,
+    /// `"idle"`: `SCHED_IDLE`, runs only on CPU time no normal thread wants: a normal thread that
+    /// wakes (an event loop with a request) preempts it at once. `nice` has no effect on it.
+    Idle,
+}
+
+impl Sched {
+    /// The option's value for this class, as the README and errors spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Sched::Normal => "normal",
+            Sched::Batch => "batch",
+            Sched::Idle => "idle",
+        }
+    }
+}
+
 /// Which implementation of the waiting, CPU and niceness functions this build uses (checked by
 /// the tests; `vmpool._sys` tells the specs).
 pub const IMPLEMENTATION: &str = if cfg!(all(target_os = "linux", not(feature = "portable-sys"))) {
@@ -198,7 +223,7 @@ mod tests {
             assert_eq!(-1, current_cpu());
             assert!(!move_off_cpu(0));
             assert!(!set_thread_nice(5));
-            assert!(!set_thread_sched(crate::config::Sched::Idle));
+            assert!(!set_thread_sched(Sched::Idle));
             assert_eq!(None, thread_nice());
         }
     }
@@ -225,7 +250,6 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn setting_a_threads_class_changes_that_thread_only() {
-        use crate::config::Sched;
         let before = own_stat(41);
         let (batch, idle, normal) = std::thread::spawn(move || {
             let batch = (set_thread_sched(Sched::Batch), own_stat(41));

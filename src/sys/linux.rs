@@ -1,7 +1,7 @@
 //! The Linux versions of the waiting and CPU functions: futexes, `sched_getcpu`, CPU affinity and
 //! a thread's niceness and scheduling class.
 
-use crate::config::Sched;
+use super::Sched;
 
 /// Sleeps while `word` still holds `expected` (or until woken, or `timeout`). May return
 /// spuriously: callers re-check their condition. Linux futex; the kernel compares and sleeps

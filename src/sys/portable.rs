@@ -2,7 +2,7 @@
 //! a word through parking_lot's parking lot (keyed by the word's address), no CPU moves, and no
 //! per-thread niceness or scheduling class.
 
-use crate::config::Sched;
+use super::Sched;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
