@@ -4,7 +4,8 @@
 -- warms the endpoint up, callgrind's counters are zeroed, wrk loads it for DURATION seconds, and
 -- the counters are dumped. Instructions per request = each thread's count / wrk's requests.
 -- Unlike wall-clock figures these hardly move with the machine's load (instructions, not time).
--- Settings: ENDPOINTS ("inline vmpool run_worker_thread"), DURATION (8 s), CONNECTIONS (10),
+-- Settings: ENDPOINTS ("inline vmpool run_worker_thread"; vmpool_direct is /vmpool with
+-- vmpool.ngx.configure{batch = false}, each call submitted at once), DURATION (8 s), CONNECTIONS (10),
 -- CORE and THREADS (1: the states of the pool and the threads of nginx's thread pool),
 -- BENCH_QUICK=1 (2 s, checks that the script works).
 -- Run with `bench/ngx/run.sh bench/ngx/instructions.lua` (builds the LuaJIT rock; needs valgrind).
@@ -44,7 +45,12 @@ local function totals(base)
   return by_thread
 end
 
+-- what each endpoint requests, and the batch setting it runs with
+local PATH = { vmpool_direct = "/vmpool" }
+local BATCH = { vmpool = "1", vmpool_direct = "0" }
+
 local function measure(endpoint)
+  local path = PATH[endpoint] or ("/" .. endpoint)
   local port = H.free_port()
   local text = assert(H.read_file(H.ROOT .. "/bench/ngx/nginx.conf"))
   local subst = { ROOT = H.ROOT, PORT = port, CORE = CORE, THREADS = THREADS }
@@ -64,12 +70,15 @@ local function measure(endpoint)
       c:close()
       return connected and nginx:master_pid(), "port closed"
     end, 0.2)
-    local status, body = H.get(port, "/" .. endpoint, 60)
+    if BATCH[endpoint] then
+      assert(H.get(port, "/configure?batch=" .. BATCH[endpoint], 60) == 200)
+    end
+    local status, body = H.get(port, path, 60)
     assert(status == 200, endpoint .. " answered " .. tostring(status) .. " " .. tostring(body))
-    wrk(port, "/" .. endpoint, QUICK and 1 or 3) -- warm-up: traces compiled, pools grown
+    wrk(port, path, QUICK and 1 or 3) -- warm-up: traces compiled, pools grown
     local pid = nginx:master_pid()
     assert(H.sh("callgrind_control --zero " .. pid .. " >/dev/null"))
-    local requests, errors = wrk(port, "/" .. endpoint, DURATION)
+    local requests, errors = wrk(port, path, DURATION)
     assert(H.sh("callgrind_control --dump " .. pid .. " >/dev/null"))
     local by_thread = H.wait_until("callgrind's dump", 60, function()
       local t = totals(base)
