@@ -56,8 +56,9 @@ struct Queue {
     sleeping: bool,
     /// Rung and not yet drained: no need to ring again.
     rung: bool,
-    /// Kept under the queue's lock so that a ring never writes to a descriptor being replaced.
-    doorbell: Option<Doorbell>,
+    /// Behind an `Arc`, so that a pusher rings a clone after releasing the lock: a doorbell being
+    /// replaced stays open until the last ring through it.
+    doorbell: Option<Arc<Doorbell>>,
 }
 
 /// A completion queue for one scheduler loop.
@@ -78,7 +79,7 @@ impl Notifier {
         let old = {
             let mut guard = self.queue.lock();
             let q = &mut *guard;
-            let old = std::mem::replace(&mut q.doorbell, bell);
+            let old = std::mem::replace(&mut q.doorbell, bell.map(Arc::new));
             q.rung = false;
             if !q.tokens.is_empty() {
                 if let Some(b) = &q.doorbell {
@@ -96,25 +97,38 @@ impl Notifier {
         self.queue.lock().doorbell.is_some()
     }
 
+    /// Queues `token`; the first token after a drain rings the doorbell. The ring (a system call
+    /// that wakes the loop) happens after the lock is released: the woken loop drains at once, and
+    /// with the lock still held it had to wait for this thread, which the loop's wake-up had just
+    /// preempted (a pool thread in the idle class always is). In OpenResty that made the event
+    /// loop block on this lock about once per request (bench/results/2026-12-01-sched-and-shared.md).
+    /// A drain between the unlock and the ring takes the token, and the ring then wakes the loop
+    /// for nothing: a spurious wake-up, never a lost one.
     pub fn push(&self, token: u64) {
-        let mut guard = self.queue.lock();
-        let q = &mut *guard;
-        q.tokens.push(token);
-        if q.sleeping {
-            self.cond.notify_one();
-        }
-        if !q.rung {
-            if let Some(bell) = &q.doorbell {
-                bell.ring();
-                q.rung = true;
+        let bell = {
+            let mut guard = self.queue.lock();
+            let q = &mut *guard;
+            q.tokens.push(token);
+            if q.sleeping {
+                self.cond.notify_one();
             }
+            if q.rung {
+                None
+            } else {
+                let bell = q.doorbell.clone();
+                q.rung = bell.is_some();
+                bell
+            }
+        };
+        if let Some(bell) = bell {
+            bell.ring();
         }
     }
 
     /// Rings the doorbell whatever the queue holds (a loop is asked to look at its state).
     pub fn wake(&self) {
-        let q = self.queue.lock();
-        if let Some(bell) = &q.doorbell {
+        let bell = self.queue.lock().doorbell.clone();
+        if let Some(bell) = bell {
             bell.ring();
         }
     }

@@ -62,6 +62,8 @@ thread_pool heavy threads=@THREADS@;
 events { worker_connections 1024; }
 http {
   access_log off;
+  # the probe's one connection makes RATE x DURATION requests: more than nginx's default 1,000
+  keepalive_requests 1000000;
   lua_package_cpath "@ROOT@/lua_modules/luajit/lib/lua/5.1/?.so;;";
   lua_package_path "@PREFIX@/conf/?.lua;/usr/share/lua/5.1/?.lua;;";
   init_worker_by_lua_block {
