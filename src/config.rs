@@ -11,10 +11,6 @@ pub use crate::sys::Sched;
 /// the loop gets the CPU promptly while heavy calls run.
 pub const NGX_NICE: u8 = 10;
 
-/// The default `sched` of pools created inside nginx (`vmpool.ngx`): measured in
-/// bench/ngx/heavy.lua, see the README's OpenResty section.
-pub const NGX_SCHED: Sched = Sched::Idle;
-
 /// How a pool sizes itself and what it allows a call to do.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -57,8 +53,9 @@ pub struct Config {
     pub thread_nice: Option<i32>,
     /// The scheduling class each worker thread sets when it starts (Linux: `sched_setscheduler`
     /// on its own thread; the portable build ignores it). Default: [`Sched::Normal`] (the host's
-    /// class is left alone); pools created inside nginx default to [`NGX_SCHED`]
-    /// (`src/lua/ngx.lua` passes it).
+    /// class is left alone), inside nginx too: there the idle class measured no better for the
+    /// event loop's tail than `nice` 10 and cost about 3% of heavy throughput
+    /// (bench/results/2026-12-01-sched-and-shared.md).
     pub sched: Sched,
     /// `package.path` / `package.cpath` for children (copied from the host at `vmpool.new`, so
     /// `require` in `init` finds what the host finds).

@@ -27,7 +27,7 @@ local vmpool = {}
 ---@field max_waiting? integer Most calls queued at once (blocking = true); beyond it calls fail with "queue full". Default unlimited.
 ---@field jit? boolean LuaJIT only: whether children compile to machine code (true with a time_limit is refused). Default true, false with a time_limit; ignored elsewhere.
 ---@field nice? integer 0 to 19: the pool's threads run that much nicer than the thread that called vmpool.new (Linux; no effect in the portable build). Default 0; 10 for pools created inside nginx.
----@field sched? "normal"|"batch"|"idle" the scheduling class of the pool's threads: "normal" (the host's), "batch" (SCHED_BATCH) or "idle" (SCHED_IDLE: only CPU time no normal thread wants; an event loop that wakes preempts them at once). Linux; no effect in the portable build. Default "normal"; "idle" for pools created inside nginx.
+---@field sched? "normal"|"batch"|"idle" the scheduling class of the pool's threads: "normal" (the host's), "batch" (SCHED_BATCH) or "idle" (SCHED_IDLE: only CPU time no normal thread wants; an event loop that wakes preempts them at once). Linux; no effect in the portable build. Default "normal".
 
 ---Creates a pool and its core states.
 ---Errors: a bad or unknown option, core = 0 with max_noncore = 0, a failing init, a limit the

@@ -5,8 +5,8 @@
 --   vmpool    offloaded with vmpool.ngx's co_invoke, 1 worker, CORE pool states
 --   rwt       offloaded with ngx.run_worker_thread, 1 worker, THREADS thread-pool threads
 --   inline2   inline in the request, 2 workers (what users would pick instead)
--- and, when VARIANTS names it, vmpool_normal: vmpool with sched = "normal" (its threads in the
--- worker's own scheduling class, only nicer: the default before sched existed), to A/B the class.
+-- and, when VARIANTS names it, vmpool_idle: vmpool with sched = "idle" (its threads in the idle
+-- scheduling class instead of only nicer than the worker), to A/B the class.
 -- Each round runs every variant once, in a rotating order; medians over the rounds with
 -- [min-max] of heavy req/s and of the probe's p50 and p99, and the load average.
 -- Settings: ROUNDS (3), DURATION (8 s), CONNECTIONS (20), CORE (2), THREADS (2), RATE (probes
@@ -78,7 +78,7 @@ http {
       end
     end
     vmpool.ngx.pool("heavy", create(nil))
-    vmpool.ngx.pool("heavy_normal", create("normal"))
+    vmpool.ngx.pool("heavy_idle", create("idle"))
     vmpool.ngx.init_worker()
   }
   server {
@@ -94,9 +94,9 @@ http {
         ngx.say(require("vmpool").ngx.pool("heavy"):co_invoke("work", "hash", @WORK@))
       }
     }
-    location = /vmpool_normal {
+    location = /vmpool_idle {
       content_by_lua_block {
-        ngx.say(require("vmpool").ngx.pool("heavy_normal"):co_invoke("work", "hash", @WORK@))
+        ngx.say(require("vmpool").ngx.pool("heavy_idle"):co_invoke("work", "hash", @WORK@))
       }
     }
     location = /rwt {
@@ -111,9 +111,9 @@ http {
 ]]
 
 -- what each variant requests, on a server with how many workers
-local PATH = { inline1 = "/inline", vmpool = "/vmpool", vmpool_normal = "/vmpool_normal", rwt = "/rwt",
+local PATH = { inline1 = "/inline", vmpool = "/vmpool", vmpool_idle = "/vmpool_idle", rwt = "/rwt",
   inline2 = "/inline" }
-local WORKERS = { inline1 = 1, vmpool = 1, vmpool_normal = 1, rwt = 1, inline2 = 2 }
+local WORKERS = { inline1 = 1, vmpool = 1, vmpool_idle = 1, rwt = 1, inline2 = 2 }
 
 local function server(workers)
   local port = H.free_port()
@@ -248,9 +248,9 @@ local ok, err = pcall(function()
   if med.vmpool and med.inline2 then
     print(("vmpool / inline with 2 workers: heavy req/s %.2fx (goal >= 0.95)"):format(med.vmpool.rps / med.inline2.rps))
   end
-  if med.vmpool and med.vmpool_normal then
-    print(("vmpool (default sched) / vmpool_normal: heavy req/s %.2fx, /ping p99 %.2fx"):format(
-      med.vmpool.rps / med.vmpool_normal.rps, med.vmpool.p99 / med.vmpool_normal.p99))
+  if med.vmpool and med.vmpool_idle then
+    print(("vmpool (default sched) / vmpool_idle: heavy req/s %.2fx, /ping p99 %.2fx"):format(
+      med.vmpool.rps / med.vmpool_idle.rps, med.vmpool.p99 / med.vmpool_idle.p99))
   end
   if OUT then
     -- every round of every variant (rows[v].rps[round] and so on, rounds paired by index), so that

@@ -64,7 +64,7 @@ function T.map()
 end
 
 -- the niceness and scheduling policy of this worker's thread and of a pool state's (the options
--- nice and sched, default 10 and "idle" here)
+-- nice and sched, default 10 and "normal" here)
 function T.nice()
   local nice, policy = T.pool():co_invoke("t", "nice")
   ngx.say("worker=", own_nice(), " state=", nice, " worker_policy=", own_policy(), " state_policy=", policy)

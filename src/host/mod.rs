@@ -258,8 +258,6 @@ fn build(st: State) -> Result<c_int, Error> {
     st.raw_set_str(native, "_sys");
     st.push_integer(i64::from(crate::config::NGX_NICE));
     st.raw_set_str(native, "_ngx_nice");
-    st.push_str(crate::config::NGX_SCHED.name());
-    st.raw_set_str(native, "_ngx_sched");
     st.push_str(LUV_GLUE);
     st.raw_set_str(native, "_luv_source");
     st.push_str(CQUEUES_GLUE);

@@ -574,8 +574,7 @@ end
 -- Pool states created in nginx get an `ngx` of their own (src/lua/ngx_state.lua): the option
 -- ngx_api of vmpool.new, default true here (outside nginx there is no such option); false leaves
 -- it out. Its set-up is put before the pool's init code, on the same line so that init's line
--- numbers stay right. Their threads run in a lower scheduling class than the worker (option
--- sched, default native._ngx_sched here, "normal" elsewhere) and nicer (option nice, default
+-- numbers stay right. Their threads run nicer than the worker (option nice, default
 -- native._ngx_nice here, 0 elsewhere: src/config.rs), so that the event loop comes first.
 do
   local plain_new = M.new
@@ -594,9 +593,6 @@ do
     end
     if copy.nice == nil then
       copy.nice = native._ngx_nice
-    end
-    if copy.sched == nil then
-      copy.sched = native._ngx_sched
     end
     if api ~= false and (copy.init == nil or type(copy.init) == "string") then
       copy.init = SETUP .. (copy.init or "")
