@@ -310,6 +310,54 @@ mod tests {
         assert!(!readable(fd));
     }
 
+    fn readable_within(fd: RawFd, ms: i32) -> bool {
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        unsafe { libc::poll(&mut p, 1, ms) == 1 }
+    }
+
+    /// The ring comes after the pusher releases the lock, so a drain can run between the two:
+    /// the loop must still hear of every token (the worst case is a wake-up that finds nothing).
+    #[test]
+    fn pushes_racing_drains_never_leave_a_token_unheard() {
+        const PER_THREAD: u64 = 20_000;
+        let bell = crate::sys::WakeFd::new().unwrap();
+        let fd = bell.fd();
+        let n = Notifier::new();
+        n.set_doorbell(Some(Doorbell::Wake(bell)));
+        let pushers: Vec<_> = (0..2)
+            .map(|t| {
+                let n = n.clone();
+                std::thread::spawn(move || {
+                    for i in 0..PER_THREAD {
+                        n.push(t * PER_THREAD + i);
+                    }
+                })
+            })
+            .collect();
+        let mut got = Vec::new();
+        let mut out = Vec::new();
+        while (got.len() as u64) < 2 * PER_THREAD {
+            // a lost ring leaves tokens queued and the descriptor quiet: poll times out
+            assert!(
+                readable_within(fd, 10_000),
+                "{} tokens queued, none heard of",
+                n.pending()
+            );
+            n.drain(&mut out);
+            got.append(&mut out);
+        }
+        for p in pushers {
+            p.join().unwrap();
+        }
+        got.sort_unstable();
+        assert_eq!(got, (0..2 * PER_THREAD).collect::<Vec<_>>());
+    }
+
     #[test]
     fn listener_cleans_up_and_refuses_when_nobody_connected() {
         let dir = std::env::temp_dir();
