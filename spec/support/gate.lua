@@ -83,4 +83,11 @@ function Gate.threads()
   return tonumber(n)
 end
 
+-- The thread count once it is back to `n`, or after `timeout` seconds (default 10) if it never
+-- gets there. A thread that pthread_join has returned for can still be counted for a moment: the
+-- kernel lets the joiner go before it removes the thread.
+function Gate.threads_back_to(n, timeout)
+  return Gate.eventually(function() return Gate.threads() <= n and Gate.threads() end, timeout) or Gate.threads()
+end
+
 return Gate
