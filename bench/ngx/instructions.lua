@@ -10,8 +10,8 @@
 -- BENCH_QUICK=1 (2 s, checks that the script works).
 -- Run with `bench/ngx/run.sh bench/ngx/instructions.lua` (builds the LuaJIT rock; needs valgrind).
 package.path = "bench/lib/?.lua;" .. package.path
-local socket = require "socket"
 local H = require "spec.ngx.nginx"
+local S = require "bench.ngx.server"
 
 local QUICK = os.getenv("BENCH_QUICK") == "1"
 local DURATION = tonumber(os.getenv("DURATION") or (QUICK and 2 or 8))
@@ -45,34 +45,20 @@ local function totals(base)
   return by_thread
 end
 
--- what each endpoint requests, and the batch setting it runs with
-local PATH = { vmpool_direct = "/vmpool" }
-local BATCH = { vmpool = "1", vmpool_direct = "0" }
-
 local function measure(endpoint)
-  local path = PATH[endpoint] or ("/" .. endpoint)
+  local path = S.path(endpoint)
   local port = H.free_port()
-  local text = assert(H.read_file(H.ROOT .. "/bench/ngx/nginx.conf"))
-  local subst = { ROOT = H.ROOT, PORT = port, CORE = CORE, THREADS = THREADS }
-  local conf = text:gsub("@(%u+)@", function(k) return tostring(assert(subst[k], k)) end)
-  local nginx = H.new(conf)
+  local nginx = H.new(S.conf(port, CORE, THREADS))
   local base = nginx.prefix .. "/callgrind.out"
-  -- --dump-instr=no, --collect-jumps=no: the counts are all that is read
   local cmd = ("valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file=%s %s > %s 2>&1 &"):format(
     H.quote(base), nginx:cmd("-g 'daemon off; master_process off;'"), H.quote(nginx.prefix .. "/logs/valgrind.log"))
   assert(H.sh(cmd))
   local result
   local ok, err = pcall(function()
     H.wait_until("nginx under valgrind to accept connections on port " .. port, 120, function()
-      local c = socket.tcp()
-      c:settimeout(0.5)
-      local connected = c:connect("127.0.0.1", port)
-      c:close()
-      return connected and nginx:master_pid(), "port closed"
+      return H.accepts(port) and nginx:master_pid(), "port closed"
     end, 0.2)
-    if BATCH[endpoint] then
-      assert(H.get(port, "/configure?batch=" .. BATCH[endpoint], 60) == 200)
-    end
+    S.configure(port, endpoint, 60)
     local status, body = H.get(port, path, 60)
     assert(status == 200, endpoint .. " answered " .. tostring(status) .. " " .. tostring(body))
     wrk(port, path, QUICK and 1 or 3) -- warm-up: traces compiled, pools grown

@@ -9,6 +9,7 @@
 -- Besides wrk's req/s and p99 latency it reads the CPU time each thread of the nginx worker used
 -- (/proc/<pid>/task/*/stat): the event loop thread, vmpool's threads, nginx's thread pool.
 local H = require "spec.ngx.nginx"
+local S = require "bench.ngx.server"
 
 local ROUNDS = tonumber(os.getenv("ROUNDS") or 3)
 local DURATION = tonumber(os.getenv("DURATION") or 10)
@@ -20,17 +21,8 @@ local ENDPOINTS = {}
 for e in (os.getenv("ENDPOINTS") or "inline vmpool run_worker_thread"):gmatch("[%w_]+") do
   ENDPOINTS[#ENDPOINTS + 1] = e
 end
--- what each endpoint requests, and the batching it runs with
-local PATH = { vmpool_direct = "vmpool" }
-local BATCH = { vmpool = "1", vmpool_direct = "0" }
 
 local CLK_TCK = tonumber((select(2, H.sh("getconf CLK_TCK")):match("%d+"))) or 100
-
-local function conf(port)
-  local text = assert(H.read_file(H.ROOT .. "/bench/ngx/nginx.conf"))
-  local subst = { ROOT = H.ROOT, PORT = port, CORE = CORE, THREADS = THREADS }
-  return (text:gsub("@(%u+)@", function(k) return tostring(assert(subst[k], k)) end))
-end
 
 -- CPU seconds used so far by the worker's threads: event loop, vmpool's threads, the rest
 local function cpu(worker)
@@ -69,11 +61,9 @@ local function to_ms(v, unit)
 end
 
 local function wrk(port, endpoint, seconds)
-  if BATCH[endpoint] then
-    assert(H.get(port, "/configure?batch=" .. BATCH[endpoint]) == 200)
-  end
-  local cmd = ("wrk -t1 -c%d -d%ds --latency http://127.0.0.1:%d/%s 2>&1"):format(CONNECTIONS, seconds, port,
-    PATH[endpoint] or endpoint)
+  S.configure(port, endpoint)
+  local cmd = ("wrk -t1 -c%d -d%ds --latency http://127.0.0.1:%d%s 2>&1"):format(CONNECTIONS, seconds, port,
+    S.path(endpoint))
   local p = assert(io.popen(cmd))
   local out = p:read("*a")
   p:close()
@@ -119,12 +109,12 @@ local function say(fmt, ...)
 end
 
 local port = H.free_port()
-local nginx = H.new(conf(port))
+local nginx = H.new(S.conf(port, CORE, THREADS))
 local ok, err = pcall(function()
   nginx:start(port)
   local worker = assert(nginx:worker_pids()[1])
   for _, e in ipairs(ENDPOINTS) do
-    local status, body = H.get(port, "/" .. (PATH[e] or e))
+    local status, body = H.get(port, S.path(e))
     assert(status == 200 and body == "7 100000\n", e .. " answered " .. tostring(status) .. " " .. tostring(body))
     wrk(port, e, WARMUP)
   end

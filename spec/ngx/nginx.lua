@@ -147,6 +147,15 @@ end
 
 -- nginx instances --------------------------------------------------------------------------------
 
+--- Whether something accepts connections on 127.0.0.1:`port` right now.
+function H.accepts(port)
+  local c = socket.tcp()
+  c:settimeout(0.5)
+  local connected = c:connect("127.0.0.1", port)
+  c:close()
+  return connected ~= nil
+end
+
 local Nginx = {}
 Nginx.__index = Nginx
 
@@ -206,11 +215,7 @@ function Nginx:start(port)
     if not self:master_pid() then
       return false, "no pid file yet"
     end
-    local c = socket.tcp()
-    c:settimeout(0.5)
-    local connected = c:connect("127.0.0.1", port)
-    c:close()
-    return connected and #self:worker_pids() > 0, "port closed"
+    return H.accepts(port) and #self:worker_pids() > 0, "port closed"
   end)
   if not up then
     self:stop()
