@@ -1,5 +1,6 @@
 //! What vmpool needs from the operating system: CPU count, fork detection, waiting on a 32-bit
-//! word (futex style), which CPU a thread runs on and a thread's own niceness and scheduling class.
+//! word (futex style), which CPU a thread runs on, and a thread's own niceness and scheduling
+//! class.
 //!
 //! The last two are Linux-specific (futexes, `sched_getcpu`, CPU affinity) and live in
 //! `sys/linux.rs`; `sys/portable.rs` is the fallback for other Unix systems (parking_lot's parking,

@@ -10,8 +10,9 @@
 //! instead of moving the entry to the front, which is a write, a read sets the entry's
 //! `referenced` bit, and eviction gives a referenced entry a second chance (the CLOCK
 //! approximation of least-recently-used). Readers of the same keys on several threads then run
-//! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). The capacity is one byte budget for the whole dictionary, reserved with an atomic
-//! counter, so a dictionary of any size can hold one entry as large as itself.
+//! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). The capacity is one
+//! byte budget for the whole dictionary, reserved with an atomic counter, so a dictionary of any
+//! size can hold one entry as large as itself.
 //!
 //! What follows `ngx.shared.DICT` (lua-nginx-module's `ngx_http_lua_shdict.c`), so that code written
 //! for it behaves the same:
@@ -755,9 +756,11 @@ impl Dict {
     pub fn llen(&self, key: &[u8]) -> Result<usize, Refused> {
         let now = self.now();
         let map = self.read_shard(key, now, false);
-        let e = map.peek(key).filter(|e| !e.expired(now));
-        e.inspect(|e| e.touch());
-        match e {
+        match map
+            .peek(key)
+            .filter(|e| !e.expired(now))
+            .inspect(|e| e.touch())
+        {
             None => Ok(0),
             Some(Entry {
                 value: Stored::List(l),
