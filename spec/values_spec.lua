@@ -113,6 +113,33 @@ describe("values crossing between states", function()
     assert.is_nil((pool:invoke("v", "echo", nil)))
   end)
 
+  -- Up to 16 results that are all nil, booleans, numbers or light userdata are pushed without a
+  -- protected call; more, or any string or table among them, take the protected path. Both
+  -- must give the same values, in order, with nils kept in the count.
+  it("returns every result in order, with nils in the count, on both sides of 16 scalars", function()
+    local unpack_ = table.unpack or unpack
+    local function pack(...) return { n = select("#", ...), ... } end
+    for _, n in ipairs { 0, 1, 15, 16, 17, 40 } do
+      local sent = {}
+      for i = 1, n do
+        local k = i % 5
+        if k == 1 then sent[i] = i
+        elseif k == 2 then sent[i] = -i / 4
+        elseif k == 3 then sent[i] = i % 2 == 0
+        elseif k == 4 then sent[i] = 0 / 0
+        end -- k == 0: nil
+      end
+      local got = pack(pool:invoke("v", "echo", unpack_(sent, 1, n)))
+      assert.are.equal(n, got.n, n .. " results")
+      for i = 1, n do
+        assert.is_true(same(sent[i], got[i]), n .. " results, #" .. i .. ": " .. tostring(got[i]))
+      end
+    end
+    -- a string among them moves the whole list to the protected path
+    local got = pack(pool:invoke("v", "echo", 1, nil, true, "s", nil))
+    assert.are.same({ n = 5, 1, nil, true, "s", nil }, got)
+  end)
+
   if has_integers then
     it("keeps the integer and float subtypes (Lua 5.3+)", function()
       local t, st = pool:invoke("v", "describe", 3)

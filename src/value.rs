@@ -535,6 +535,46 @@ pub fn push_values(st: State, buf: &[u8]) -> Result<c_int, Corrupt> {
     }
 }
 
+/// Pushes a message of at most `max` values that are all nil, booleans, numbers or light
+/// userdata, and returns how many; pushes nothing and returns `None` for any other message
+/// (strings, tables, more values, or bytes that do not parse). Pushing such values allocates
+/// nothing, so it cannot raise: the host pushes them without a protected call, which cost a
+/// fifth of the host's instructions per future (bench/results/2026-12-01-futures-host-path.md).
+/// The caller must have `max` free stack slots without asking Lua for them (asking may grow the
+/// stack, which allocates).
+pub fn push_scalars(st: State, buf: &[u8], max: usize) -> Option<c_int> {
+    let mut r = Reader { buf, pos: 0 };
+    let count = r.u32().ok()? as usize;
+    if count > max {
+        return None;
+    }
+    // parse it all before pushing anything: a message that does not qualify leaves the stack
+    // as it was
+    let mut pos = r.pos;
+    for _ in 0..count {
+        let len = match *buf.get(pos)? {
+            TAG_NIL | TAG_FALSE | TAG_TRUE => 0,
+            TAG_INT | TAG_FLOAT => 8,
+            TAG_LIGHT => {
+                let bytes = buf.get(pos + 1..pos + 9)?;
+                usize::try_from(u64::from_le_bytes(bytes.try_into().ok()?)).ok()?;
+                8
+            }
+            _ => return None,
+        };
+        pos += 1 + len;
+    }
+    if pos != buf.len() {
+        return None;
+    }
+    let mut sink = LuaSink::new(st);
+    for _ in 0..count {
+        // checked above: every value parses and is a scalar
+        let _ = decode_one(&mut r, &mut sink, 0);
+    }
+    Some(count as c_int)
+}
+
 /// A Lua value as plain Rust data: what tests, the fuzz target and the benchmarks use to build and
 /// check messages without a Lua state.
 #[derive(Debug, Clone)]

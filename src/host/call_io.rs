@@ -212,9 +212,15 @@ pub fn bad_arg(st: State, idx: c_int, position: c_int, method: &str, expected: &
     ))
 }
 
-/// Pushes the results of a finished call (or returns its error). No lock is held while the
-/// results are pushed, and pushing runs protected: allocating them can run finalizers, which may
-/// raise or wait on this very call.
+/// Results pushed without a protected call when they are all scalars (see
+/// [`value::push_scalars`]): a host C function starts with `LUA_MINSTACK` (20) free slots, and
+/// its caller has emptied the stack.
+const UNPROTECTED_RESULTS: usize = 16;
+
+/// Pushes the results of a finished call (or returns its error). Called by a host C function
+/// with an empty stack. No lock is held while the results are pushed, and pushing runs protected
+/// unless nothing needs allocating: allocating can run finalizers, which may raise or wait on
+/// this very call.
 pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
     let buf = match call.result() {
         Some(Ok(buf)) => buf,
@@ -225,6 +231,10 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
             ))
         }
     };
+    debug_assert_eq!(st.top(), 0, "push_outcome needs an empty stack");
+    if let Some(n) = value::push_scalars(st, buf, UNPROTECTED_RESULTS) {
+        return Ok(n);
+    }
     let mut corrupt = None;
     let n = protected(
         st,
