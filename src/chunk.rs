@@ -16,7 +16,13 @@ use crate::lua::State;
 use crate::Error;
 
 /// One compiled version of a named chunk.
+///
+/// Aligned to two cache lines so that in an `Arc<Chunk>` the reference counts, which the host
+/// changes on every call it builds and recycles, sit on another line than the fields a worker
+/// reads on every call it runs (with the counts beside them, each read missed the worker's
+/// cache; bench/results/2026-12-01-futures-host-path.md).
 #[derive(Debug)]
+#[repr(align(128))]
 pub struct Chunk {
     /// Unique within the process; never reused.
     pub id: u64,

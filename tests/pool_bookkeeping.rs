@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use support::{call, config, pool, wait};
 use vmpool::testing::call::Call;
 use vmpool::testing::config::Config;
-use vmpool::testing::pool::Pool;
+use vmpool::testing::pool::{Pool, MAX_SPARE_BYTES, MAX_SPARE_CALLS};
 use vmpool::testing::value::Value;
 use vmpool::Error;
 
@@ -216,15 +216,19 @@ fn spare_calls_are_kept_up_to_a_count_and_a_total_of_buffer_bytes() {
         c.data.get_mut().buf.reserve_exact(bytes);
         Arc::new(c)
     };
-    // big buffers: only as many as fit in the byte budget (4 MiB) are kept
-    for _ in 0..8 {
+    // big buffers: only as many as fit in the byte budget (16 MiB, records included) are kept
+    for _ in 0..20 {
         pool.give_back_call(with_buffer(1 << 20));
     }
     let mut out = Vec::new();
     pool.take_spare_calls(&mut out);
-    assert_eq!(out.len(), 4, "4 of the 1 MiB calls fit the 4 MiB budget");
+    assert_eq!(
+        out.len(),
+        (MAX_SPARE_BYTES >> 20) - 1,
+        "15 of the 1 MiB calls and their records fit the 16 MiB budget"
+    );
     // taking them frees their share of the budget: small ones are kept by the thousand
-    for _ in 0..9000 {
+    for _ in 0..MAX_SPARE_CALLS + 1000 {
         pool.give_back_call(with_buffer(64));
     }
     let mut kept = 0;
@@ -236,7 +240,7 @@ fn spare_calls_are_kept_up_to_a_count_and_a_total_of_buffer_bytes() {
         }
         kept += more.len();
     }
-    assert_eq!(kept, 8192, "at most 8,192 spare calls");
+    assert_eq!(kept, MAX_SPARE_CALLS, "at most MAX_SPARE_CALLS spare calls");
     // a call someone else still holds is never kept
     let shared = with_buffer(64);
     pool.give_back_call(shared.clone());

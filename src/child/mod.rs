@@ -329,16 +329,18 @@ end
             self.chunk_epoch = epoch;
         }
         // Take what the call needs out of it and let go of its lock: the caller may need the
-        // lock while the call runs (a scheduler subscribing to it, `cancel`).
+        // lock while the call runs (a scheduler subscribing to it, `cancel`). The chunk is moved
+        // out and back, not cloned: its reference count is the host's to change (see `Chunk`).
         let (job, chunk, mut buf) = {
             let mut data = call.data.lock();
             std::mem::swap(&mut self.func, &mut data.func);
-            (data.job, data.chunk.clone(), std::mem::take(&mut data.buf))
+            (data.job, data.chunk.take(), std::mem::take(&mut data.buf))
         };
         if job == Job::Collect {
             let replace = self.collect(call);
             let mut data = call.data.lock();
             data.buf = buf;
+            data.chunk = chunk;
             std::mem::swap(&mut self.func, &mut data.func);
             return (Outcome::Collected, replace);
         }
@@ -349,18 +351,18 @@ end
             Vec::new()
         };
         let mut items_done = 0;
-        let (outcome, replace) = match chunk {
+        let (outcome, replace) = match &chunk {
             Some(chunk) => {
                 self.arm(call);
-                let result = match self.ensure_loaded(chunks, &chunk) {
+                let result = match self.ensure_loaded(chunks, chunk) {
                     Ok(kept) => {
                         let result = if map {
                             let (outcome, replace, done) =
-                                self.run_batch(&chunk, call, &buf, &mut out);
+                                self.run_batch(chunk, call, &buf, &mut out);
                             items_done = done;
                             (outcome, replace)
                         } else {
-                            self.call(&chunk, &mut buf)
+                            self.call(chunk, &mut buf)
                         };
                         if !kept {
                             forget_chunk(self.st, chunk.id);
@@ -394,6 +396,7 @@ end
         }
         let mut data = call.data.lock();
         data.buf = buf;
+        data.chunk = chunk;
         data.items_done = items_done;
         std::mem::swap(&mut self.func, &mut data.func);
         (outcome, replace)

@@ -270,12 +270,14 @@ impl Ledger {
     /// A state finished (or skipped) a call, or became ready: count it, then hand the state the
     /// next queued call, park it as idle, or let it exit. With `Next::Idle`, the second value is
     /// set when the idle check must look again by then (the state is the only idle non-core one).
+    /// `now` is asked only when a non-core state goes idle: a busy pool's states go from call to
+    /// call without reading the clock under the lock.
     pub fn release(
         &mut self,
         me: &Arc<Mailbox>,
         core: bool,
         ended: Ended,
-        now: Instant,
+        now: impl FnOnce() -> Instant,
     ) -> (Next, Option<Instant>) {
         self.count(ended);
         if let Some(next) = self.take_queued(RUNNING) {
@@ -291,6 +293,7 @@ impl Ledger {
             self.idle_core.push(me.clone());
             return (Next::Idle, None);
         }
+        let now = now();
         self.idle_noncore.push_back((me.clone(), now));
         let due = (self.idle_noncore.len() == 1)
             .then(|| self.sizing.idle_timeout.and_then(|t| now.checked_add(t)))
@@ -436,7 +439,7 @@ mod tests {
         let mbs: Vec<_> = (0..n).map(|_| Arc::new(Mailbox::default())).collect();
         for mb in &mbs {
             l.open(true);
-            let (next, _) = l.release(mb, true, Ended::Uncounted, Instant::now());
+            let (next, _) = l.release(mb, true, Ended::Uncounted, Instant::now);
             assert!(matches!(next, Next::Idle));
         }
         mbs
@@ -478,12 +481,12 @@ mod tests {
         let (a, b) = (Arc::new(Call::default()), Arc::new(Call::default()));
         assert!(matches!(l.reserve(&a), Ok(Reserved::Idle(_))));
         assert!(matches!(l.reserve(&b), Ok(Reserved::Queued { .. })));
-        let (next, _) = l.release(&mbs[0], true, Ended::Succeeded, Instant::now());
+        let (next, _) = l.release(&mbs[0], true, Ended::Succeeded, Instant::now);
         match next {
             Next::Run(c) => assert!(Arc::ptr_eq(&c, &b) && c.phase() == RUNNING),
             _ => panic!("the queued call was not handed over"),
         }
-        let (next, _) = l.release(&mbs[0], true, Ended::Failed, Instant::now());
+        let (next, _) = l.release(&mbs[0], true, Ended::Failed, Instant::now);
         assert!(matches!(next, Next::Idle));
         let s = balanced(&l);
         assert_eq!((s.succeeded, s.errors, s.idle, s.waiting), (1, 1, 1, 0));
@@ -516,7 +519,7 @@ mod tests {
         assert!(l.cancel(&b));
         assert!(!l.cancel(&b), "cancelled twice");
         assert_eq!(l.stats().waiting, 0);
-        let (next, _) = l.release(&mbs[0], true, Ended::Succeeded, Instant::now());
+        let (next, _) = l.release(&mbs[0], true, Ended::Succeeded, Instant::now);
         assert!(matches!(next, Next::Idle));
         let s = balanced(&l);
         assert_eq!(s.invokes, s.succeeded + s.cancelled);
@@ -529,9 +532,11 @@ mod tests {
         let (a, b) = (Arc::new(Mailbox::default()), Arc::new(Mailbox::default()));
         l.open(false);
         l.open(false);
-        let (_, due) = l.release(&a, false, Ended::Succeeded, t0);
+        let (_, due) = l.release(&a, false, Ended::Succeeded, || t0);
         assert_eq!(due, Some(t0 + Duration::from_secs(1)));
-        let (_, due) = l.release(&b, false, Ended::Succeeded, t0 + Duration::from_millis(500));
+        let (_, due) = l.release(&b, false, Ended::Succeeded, || {
+            t0 + Duration::from_millis(500)
+        });
         assert_eq!(due, None, "only the first idle state sets a deadline");
         let (expired, closed, next) = l.expire(t0 + Duration::from_millis(1200));
         assert!(expired.is_empty());
@@ -599,8 +604,8 @@ mod tests {
         for c in &calls {
             l.reserve(c).ok();
         }
-        l.release(&mbs[0], true, Ended::Succeeded, Instant::now());
-        l.release(&mbs[1], true, Ended::Succeeded, Instant::now());
+        l.release(&mbs[0], true, Ended::Succeeded, Instant::now);
+        l.release(&mbs[1], true, Ended::Succeeded, Instant::now);
         // two idle states, one busy, one call queued behind them
         let queued_call = Arc::new(Call::default());
         l.reserve(&Arc::new(Call::default())).ok();
@@ -609,7 +614,7 @@ mod tests {
             l.reserve(&queued_call),
             Ok(Reserved::Queued { .. })
         ));
-        l.release(&mbs[0], true, Ended::Succeeded, Instant::now());
+        l.release(&mbs[0], true, Ended::Succeeded, Instant::now);
         let Closing { queued, idle } = l.close().expect("closed once");
         assert!(l.close().is_none());
         assert_eq!(
@@ -618,7 +623,7 @@ mod tests {
             "the queued call went to the state"
         );
         for mb in &mbs {
-            let (next, _) = l.release(mb, true, Ended::Succeeded, Instant::now());
+            let (next, _) = l.release(mb, true, Ended::Succeeded, Instant::now);
             assert!(matches!(next, Next::Exit));
         }
         assert!(matches!(
@@ -639,7 +644,7 @@ mod tests {
         let Closing { queued, idle } = l.close().expect("closed once");
         assert_eq!((queued.len(), idle.len()), (1, 0));
         assert!(Arc::ptr_eq(&queued[0], &b) && b.phase() == CLAIMED);
-        let (next, _) = l.release(&mbs[0], true, Ended::Succeeded, Instant::now());
+        let (next, _) = l.release(&mbs[0], true, Ended::Succeeded, Instant::now);
         assert!(matches!(next, Next::Exit));
         let s = balanced(&l);
         assert_eq!(s.invokes, s.succeeded + s.errors);
@@ -652,7 +657,7 @@ mod tests {
         assert_eq!(l.reserve_idle().len(), 2);
         assert_eq!(l.stats().busy, 2);
         for mb in &mbs {
-            l.release(mb, true, Ended::Uncounted, Instant::now());
+            l.release(mb, true, Ended::Uncounted, Instant::now);
         }
         let s = balanced(&l);
         assert_eq!((s.invokes, s.idle, s.busy), (0, 2, 0));

@@ -38,6 +38,10 @@ struct Inner {
     housekeeper: Housekeeper,
 }
 
+/// Aligned to two cache lines, like [`crate::chunk::Chunk`]: in an `Arc<Pool>` the reference
+/// counts, which the host changes with every future it creates and frees, then sit on another
+/// line than the fields the workers use on every call.
+#[repr(align(128))]
 pub struct Pool {
     pub config: Config,
     inner: Mutex<Inner>,
@@ -67,15 +71,23 @@ struct Spares {
 }
 
 /// Most calls kept in `spare_calls`. Futures come back only when the host's garbage collector
-/// finalizes them, often thousands at once (1,000 futures in flight and Lua 5.4's default pause
-/// leave about 2,000 dead ones per cycle): with room for 1,024, half of them were freed and the
-/// next calls allocated new records and buffers, 11% of the instructions of a submit + wait
-/// (callgrind, bench/results/2026-12-01-futures-and-adapters.md). `pool:collect()` frees them all.
-const MAX_SPARE_CALLS: usize = 8192;
+/// finalizes them, many thousands at once: with 1,000 futures in flight, Lua 5.4's default pause
+/// leaves about 20,000 dead ones per cycle, because the calls' memory is outside the Lua heap the
+/// collector paces itself by. With room for 8,192, the rest were freed and the next calls
+/// allocated new records and buffers again (15% of the calls; bench/results/
+/// 2026-12-01-futures-host-path.md). The spares are calls the program had alive at once anyway,
+/// so keeping them does not raise its peak memory; `pool:collect()` frees them all.
+pub const MAX_SPARE_CALLS: usize = 32768;
 
-/// Most bytes the spare calls' buffers may hold together (a call whose buffer would go over is
-/// freed): after calls with big arguments or results the list must not keep that memory.
-const MAX_SPARE_BYTES: usize = 4 << 20;
+/// Most bytes the spare calls may hold together, records and buffers (a call that would go over
+/// is freed): after calls with big arguments or results the list must not keep that memory.
+pub const MAX_SPARE_BYTES: usize = 16 << 20;
+
+/// What a spare call holds: its record (with the `Arc`'s counts) and its buffers.
+fn spare_bytes(call: &mut Call) -> usize {
+    let d = call.data.get_mut();
+    std::mem::size_of::<Call>() + 16 + d.buf.capacity() + d.func.capacity()
+}
 
 impl Pool {
     /// Creates the pool and its core states; fails (leaving nothing running) if a state cannot
@@ -136,7 +148,7 @@ impl Pool {
     pub fn give_back_call(&self, mut call: Arc<Call>) {
         if let Some(c) = Arc::get_mut(&mut call) {
             c.reset();
-            let bytes = c.data.get_mut().buf.capacity();
+            let bytes = spare_bytes(c);
             let mut spare = self.spare_calls.lock();
             if spare.calls.len() < MAX_SPARE_CALLS && spare.bytes + bytes <= MAX_SPARE_BYTES {
                 spare.bytes += bytes;
@@ -159,7 +171,7 @@ impl Pool {
         let from = spare.calls.len() - n;
         let mut bytes = 0;
         for mut c in spare.calls.drain(from..) {
-            bytes += Arc::get_mut(&mut c).map_or(0, |c| c.data.get_mut().buf.capacity());
+            bytes += Arc::get_mut(&mut c).map_or(0, spare_bytes);
             out.push(c);
         }
         spare.bytes -= bytes.min(spare.bytes);
@@ -275,7 +287,7 @@ impl Pool {
     /// and says what the worker does next.
     pub fn release(&self, me: &Arc<Mailbox>, core: bool, ended: Ended) -> Next {
         let mut g = self.inner.lock();
-        let (next, due) = g.ledger.release(me, core, ended, Instant::now());
+        let (next, due) = g.ledger.release(me, core, ended, Instant::now);
         if let Some(due) = due {
             self.wake_housekeeper_by(&mut g, due);
         }
