@@ -7,7 +7,8 @@
 -- Settings: ENDPOINTS ("inline vmpool run_worker_thread"; vmpool_direct is /vmpool with
 -- vmpool.ngx.configure{batch = false}, each call submitted at once), DURATION (8 s), CONNECTIONS (10),
 -- CORE and THREADS (1: the states of the pool and the threads of nginx's thread pool),
--- BENCH_QUICK=1 (2 s, checks that the script works).
+-- BENCH_QUICK=1 (2 s, checks that the script works), KEEP (a directory: each endpoint's dumps are
+-- copied there as <endpoint>.<part>-<thread>, for callgrind_annotate).
 -- Run with `bench/ngx/run.sh bench/ngx/instructions.lua` (builds the LuaJIT rock; needs valgrind).
 package.path = "bench/lib/?.lua;" .. package.path
 local H = require "spec.ngx.nginx"
@@ -75,6 +76,11 @@ local function measure(endpoint)
       if thread ~= 1 then others = others + ir end
     end
     result = { requests = requests, loop = by_thread[1] / requests, others = others / requests, errors = errors }
+    if os.getenv("KEEP") then
+      local keep = H.quote(os.getenv("KEEP"))
+      assert(H.sh(("mkdir -p %s && for f in %s.*-*; do cp \"$f\" %s/%s.\"${f##*.}\"; done"):format(
+        keep, H.quote(base), keep, endpoint)))
+    end
   end)
   local pid = nginx:master_pid()
   if pid then H.sh("kill -QUIT " .. pid) end
