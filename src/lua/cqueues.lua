@@ -30,6 +30,12 @@ end
 local condition = require "cqueues.condition"
 
 local cqueues_running, cqueues_poll = cqueues.running, cqueues.poll
+-- Inside a controller's coroutine, cqueues.poll(x) is `coroutine.yield(cqueues._POLL, x)` after a
+-- check that one runs (cqueues.lua). The adapter waits only where `drives` found a controller, so
+-- it yields the protocol's sentinel itself: one Lua call and one C call less per wait. A cqueues
+-- without the sentinel gets the public function.
+local POLL = cqueues._POLL
+local coroutine_yield = coroutine.yield
 local new_condition = condition.new
 local coroutine_running = coroutine.running
 local setmetatable, pairs = setmetatable, pairs
@@ -85,7 +91,7 @@ end
 local function dispatch(s)
   local notifier, waiting, pollable = s.notifier, s.waiting, s.pollable
   while s.in_flight > 0 do
-    cqueues_poll(pollable)
+    if POLL then coroutine_yield(POLL, pollable) else cqueues_poll(pollable) end
     wakeups = wakeups + 1
     local tokens = notifier:drain()
     local n = #tokens
@@ -109,7 +115,7 @@ local function dispatch(s)
       s.batch_left = signalled
       local turns = 0
       repeat
-        cqueues_poll(0)
+        if POLL then coroutine_yield(POLL, 0) else cqueues_poll(0) end
         turns = turns + 1
       until s.batch_left == 0 or turns == 3
       s.batch_left = 0
@@ -156,7 +162,8 @@ local function sleep_on(cq, s, token)
   waiting[token] = cond
   waits = waits + 1
   repeat
-    cqueues_poll(cond) -- cond:wait() less its Lua wrapper (a condition is pollable)
+    -- cond:wait() less its Lua wrapper (a condition is pollable)
+    if POLL then coroutine_yield(POLL, cond) else cqueues_poll(cond) end
     resumes = resumes + 1
     local still = waiting[token] == cond
     if still then early = early + 1 end
