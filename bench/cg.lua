@@ -7,6 +7,9 @@
 --   echo10     pool:invoke(chunk, "echo", t) with a 10-field table (core = 1)
 --   co_invoke  pool:co_invoke from 100 coroutines under vmpool.run (core = 1)
 --   ring       futures: 1,000 in flight (default pool), wait for the oldest, submit a new one
+--   run1000    pool:co_invoke from 1,000 coroutines under vmpool.run (default pool)
+--   luv        the same under vmpool.luv (vmpool.luv.spawn, uv.run())
+--   cqueues    the same under vmpool.cqueues (cq:wrap, cq:loop())
 --
 -- Usage: lua bench/cg.lua --kind=invoke --n=2000
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
@@ -73,6 +76,33 @@ elseif kind == "ring" then
       local k = (i - 1) % IN_FLIGHT + 1
       if ring[k]:wait() ~= i - IN_FLIGHT then error("wrong result") end
       if i <= count then ring[k] = futures:submit(CHUNK, "helloLua", i) end
+    end
+  end
+elseif kind == "run1000" or kind == "luv" or kind == "cqueues" then
+  local many = vmpool.new { init = B.INIT }
+  many:compile(CHUNK, B.SCRIPT)
+  local IN_FLIGHT = 1000
+  local function body(per)
+    for i = 1, per do
+      if many:co_invoke(CHUNK, "helloLua", i) ~= i then error("wrong result") end
+    end
+  end
+  run = function(count)
+    local per = math.max(1, math.floor(count / IN_FLIGHT))
+    if kind == "run1000" then
+      vmpool.run(function()
+        for _ = 1, IN_FLIGHT do vmpool.spawn(body, per) end
+      end)
+    elseif kind == "luv" then
+      local uv, vluv = require "luv", require "vmpool.luv"
+      for _ = 1, IN_FLIGHT do vluv.spawn(body, per) end
+      uv.run()
+    else
+      local cqueues = require "cqueues"
+      require "vmpool.cqueues"
+      local cq = cqueues.new()
+      for _ = 1, IN_FLIGHT do cq:wrap(body, per) end
+      assert(cq:loop())
     end
   end
 else
