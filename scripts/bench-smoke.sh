@@ -23,6 +23,10 @@ run bench/map.lua
 run bench/speedup.lua
 run bench/futures.lua
 run bench/tables.lua
+# what bench/callgrind runs under valgrind, here without it: each kind once
+for kind in direct invoke echo10 co_invoke ring run1000 luv cqueues; do
+  run bench/cg.lua --kind="$kind" --n=2000
+done
 # the OpenResty scripts, when the LuaJIT rock is built (make test builds it) and nginx is there
 if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then
   echo "== bench smoke (luajit, nginx): bench/ngx/shared.lua"
