@@ -456,6 +456,12 @@ impl<'a> Reader<'a> {
 /// Used inside a protected call on the child side; on the host it can only fail with "not enough
 /// memory" (see `lua.rs`). It holds no value with a destructor, so an out-of-memory error that
 /// jumps over it leaks nothing.
+/// A light userdata's address as a pointer of this machine (only a corrupt message has one that
+/// does not fit).
+fn light_address(address: u64) -> Result<usize, Corrupt> {
+    usize::try_from(address).map_err(|_| Corrupt("light userdata out of range"))
+}
+
 pub struct LuaSink {
     st: State,
 }
@@ -497,8 +503,8 @@ impl Sink for LuaSink {
     /// Pushes the pointer back. An address that does not fit this machine's pointers (only a
     /// corrupt message has one) is refused.
     fn light_userdata(&mut self, address: u64) -> Result<(), Corrupt> {
-        let p = usize::try_from(address).map_err(|_| Corrupt("light userdata out of range"))?;
-        self.st.push_light_userdata(p as *mut c_void);
+        self.st
+            .push_light_userdata(light_address(address)? as *mut c_void);
         Ok(())
     }
     /// Pushes the new table; its elements need a key and a value slot above it, and a nested
@@ -543,36 +549,60 @@ pub fn push_values(st: State, buf: &[u8]) -> Result<c_int, Corrupt> {
 /// The caller must have `max` free stack slots without asking Lua for them (asking may grow the
 /// stack, which allocates).
 pub fn push_scalars(st: State, buf: &[u8], max: usize) -> Option<c_int> {
-    let mut r = Reader { buf, pos: 0 };
-    let count = r.u32().ok()? as usize;
-    if count > max {
-        return None;
-    }
-    // parse it all before pushing anything: a message that does not qualify leaves the stack
-    // as it was
-    let mut pos = r.pos;
-    for _ in 0..count {
-        let len = match *buf.get(pos)? {
-            TAG_NIL | TAG_FALSE | TAG_TRUE => 0,
-            TAG_INT | TAG_FLOAT => 8,
-            TAG_LIGHT => {
-                let bytes = buf.get(pos + 1..pos + 9)?;
-                usize::try_from(u64::from_le_bytes(bytes.try_into().ok()?)).ok()?;
-                8
-            }
-            _ => return None,
-        };
-        pos += 1 + len;
-    }
-    if pos != buf.len() {
-        return None;
-    }
+    // the whole message through the decoder first: one that does not qualify leaves the stack as
+    // it was
+    let count = decode_values(buf, &mut ScalarCheck { max }).ok()?;
+    let mut r = Reader { buf, pos: 4 };
     let mut sink = LuaSink::new(st);
     for _ in 0..count {
-        // checked above: every value parses and is a scalar
+        // checked above: every value parses and is a scalar (no `reserve`: it may grow the stack)
         let _ = decode_one(&mut r, &mut sink, 0);
     }
     Some(count as c_int)
+}
+
+/// Stores nothing; refuses more than `max` values and every value whose push allocates (strings
+/// and tables), so that [`push_scalars`] knows before pushing anything.
+struct ScalarCheck {
+    max: usize,
+}
+
+const NOT_SCALARS: Corrupt = Corrupt("not scalars only");
+
+impl Sink for ScalarCheck {
+    fn reserve(&mut self, n: u32) -> Result<(), Corrupt> {
+        if n as usize > self.max {
+            return Err(NOT_SCALARS);
+        }
+        Ok(())
+    }
+    fn nil(&mut self) -> Result<(), Corrupt> {
+        Ok(())
+    }
+    fn boolean(&mut self, _: bool) -> Result<(), Corrupt> {
+        Ok(())
+    }
+    fn integer(&mut self, _: i64) -> Result<(), Corrupt> {
+        Ok(())
+    }
+    fn float(&mut self, _: f64) -> Result<(), Corrupt> {
+        Ok(())
+    }
+    fn string(&mut self, _: &[u8]) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
+    fn light_userdata(&mut self, address: u64) -> Result<(), Corrupt> {
+        light_address(address).map(drop)
+    }
+    fn begin_table(&mut self, _: u32, _: u32) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
+    fn set_index(&mut self, _: u32) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
+    fn set_pair(&mut self) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
 }
 
 /// A Lua value as plain Rust data: what tests, the fuzz target and the benchmarks use to build and
