@@ -87,7 +87,10 @@ end
 -- gets there. A thread that pthread_join has returned for can still be counted for a moment: the
 -- kernel lets the joiner go before it removes the thread.
 function Gate.threads_back_to(n, timeout)
-  return Gate.eventually(function() return Gate.threads() <= n and Gate.threads() end, timeout) or Gate.threads()
+  return Gate.eventually(function()
+    local now = Gate.threads()
+    return now <= n and now
+  end, timeout) or Gate.threads()
 end
 
 return Gate
