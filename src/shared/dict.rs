@@ -10,7 +10,10 @@
 //! instead of moving the entry to the front, which is a write, a read sets the entry's
 //! `referenced` bit, and eviction gives a referenced entry a second chance (the CLOCK
 //! approximation of least-recently-used). Readers of the same keys on several threads then run
-//! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). The capacity is one
+//! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). Most `get`s take no
+//! lock at all: they read the key's slot in the shard's read cache (`read_cache.rs`), which every
+//! write of a key updates through [`KeyWrite`] before the lock is released, and every removal of
+//! an entry empties. The capacity is one
 //! byte budget for the whole dictionary, reserved with an atomic counter, so a dictionary of any
 //! size can hold one entry as large as itself.
 //!
@@ -36,6 +39,7 @@
 //! between evictions (ngx orders the entries read by the time of their last read; here they keep
 //! their write order among themselves).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -46,7 +50,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 // not claim more than that against a determined attacker.
 use foldhash::fast::RandomState;
 use lru::LruCache;
-use parking_lot::{RwLock, RwLockReadGuard};
+use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::read_cache::{self, HitValue, ReadCache};
 
 /// Bytes an entry costs besides its key and value (about what ngx's node and slab rounding cost),
 /// so that many tiny entries cannot exceed the capacity by much in real memory.
@@ -88,6 +94,18 @@ pub enum Scalar {
     Bool(bool),
     Num(Number),
     Str(Box<[u8]>),
+}
+
+impl Scalar {
+    /// The value as the read cache stores it.
+    fn cached(&self) -> read_cache::Value<'_> {
+        match self {
+            Scalar::Bool(b) => read_cache::Value::Bool(*b),
+            Scalar::Num(Number::Int(i)) => read_cache::Value::Int(*i),
+            Scalar::Num(Number::Float(f)) => read_cache::Value::Float(*f),
+            Scalar::Str(b) => read_cache::Value::Str(b),
+        }
+    }
 }
 
 /// A copy of `b`, or `None` when the system refuses the memory (values can be as large as a
@@ -154,8 +172,8 @@ impl Entry {
         }
     }
 
-    fn expired(&self, now: u64) -> bool {
-        self.expires != 0 && self.expires <= now
+    fn expired(&self, now: &Now) -> bool {
+        self.expires != 0 && self.expires <= now.get()
     }
 }
 
@@ -256,23 +274,77 @@ impl std::ops::DerefMut for OwnLines {
     }
 }
 
-/// Takes the entry to evict out of `map`: the least recently written one that was not read since
-/// eviction last passed it. A read entry at the tail loses its mark and goes to the front (its
-/// second chance); after one pass over the shard every mark is gone, so this ends.
-fn pop_victim(map: &mut Map) -> Option<Entry> {
-    for _ in 0..map.len() {
-        let (_, e) = map.peek_lru()?;
-        if !e.referenced.swap(false, Ordering::Relaxed) {
-            break;
-        }
-        let (k, e) = map.pop_lru()?;
-        map.push(k, e);
+/// A shard: its entries behind a read-write lock, and the read cache that `get` tries first.
+struct Shard {
+    map: RwLock<OwnLines>,
+    cache: ReadCache,
+}
+
+/// A shard locked for writing `key`: its read cache slot is being written for as long as this
+/// lives, and when it drops the slot gets the key's new state. Every write of a key goes
+/// through one, so no write path can leave the cache behind the map.
+struct KeyWrite<'a> {
+    map: RwLockWriteGuard<'a, OwnLines>,
+    cache: &'a ReadCache,
+    hash: u64,
+    key: &'a [u8],
+    now: &'a Now<'a>,
+    /// The slot was given the key's state already (the common `set` does it where it has the
+    /// entry at hand, saving the lookup below).
+    published: bool,
+}
+
+impl std::ops::Deref for KeyWrite<'_> {
+    type Target = Map;
+    fn deref(&self) -> &Map {
+        &self.map
     }
-    map.pop_lru().map(|(_, e)| e)
+}
+
+impl std::ops::DerefMut for KeyWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Map {
+        &mut self.map
+    }
+}
+
+impl Drop for KeyWrite<'_> {
+    fn drop(&mut self) {
+        if self.published {
+            return;
+        }
+        let now = self.now;
+        let state = self.map.peek(self.key).and_then(|e| match &e.value {
+            Stored::Scalar(v) if !e.expired(now) => Some((v.cached(), e.flags, e.expires)),
+            _ => None,
+        });
+        self.cache.end(self.hash, self.key, state);
+    }
+}
+
+/// The dictionary's time for one operation: read from the clock when first needed, and only
+/// then. Most entries have no TTL, and `clock_gettime` was a sixth of a `set`'s time (perf,
+/// LuaJIT) when every operation read it.
+struct Now<'a> {
+    dict: &'a Dict,
+    /// 0 = not read yet (the clock gives at least 1).
+    at: Cell<u64>,
+}
+
+impl Now<'_> {
+    fn get(&self) -> u64 {
+        match self.at.get() {
+            0 => {
+                let t = self.dict.now();
+                self.at.set(t);
+                t
+            }
+            t => t,
+        }
+    }
 }
 
 pub struct Dict {
-    shards: Box<[RwLock<OwnLines>]>,
+    shards: Box<[Shard]>,
     hasher: RandomState,
     capacity: usize,
     used: AtomicUsize,
@@ -310,11 +382,15 @@ pub fn ttl_ns(seconds: f64) -> u64 {
 impl Dict {
     /// A dictionary of `capacity` bytes in `shards` shards (both at least 1).
     pub fn new(capacity: usize, shards: usize) -> Dict {
-        let shards = (0..shards.max(1))
-            .map(|_| {
-                RwLock::new(OwnLines(LruCache::unbounded_with_hasher(
+        let shards = shards.max(1);
+        // a quarter of the capacity at most goes to the read caches (128 bytes a slot)
+        let slots = capacity / 4 / 128 / shards;
+        let shards = (0..shards)
+            .map(|_| Shard {
+                map: RwLock::new(OwnLines(LruCache::unbounded_with_hasher(
                     RandomState::default(),
-                )))
+                ))),
+                cache: ReadCache::new(slots),
             })
             .collect();
         Dict {
@@ -349,16 +425,71 @@ impl Dict {
         monotonic_ns() + self.skew.load(Ordering::Relaxed)
     }
 
-    fn deadline(&self, ttl: u64, now: u64) -> u64 {
-        if ttl == 0 {
-            0
-        } else {
-            now.saturating_add(ttl)
+    /// The time of this operation, read lazily (see [`Now`]).
+    fn clock(&self) -> Now<'_> {
+        Now {
+            dict: self,
+            at: Cell::new(0),
         }
     }
 
-    fn shard(&self, key: &[u8]) -> usize {
-        (self.hasher.hash_one(key) as usize) % self.shards.len()
+    fn deadline(&self, ttl: u64, now: &Now) -> u64 {
+        if ttl == 0 {
+            0
+        } else {
+            now.get().saturating_add(ttl)
+        }
+    }
+
+    /// `key`'s hash and the shard it picks.
+    fn locate(&self, key: &[u8]) -> (usize, u64) {
+        let hash = self.hasher.hash_one(key);
+        // the high bits pick the shard by a multiplication (a division was a tenth of a `set`),
+        // the low ones the read cache's slot
+        let shard = ((u128::from(hash) * self.shards.len() as u128) >> 64) as usize;
+        (shard, hash)
+    }
+
+    /// The shard of `key` locked for writing it (see [`KeyWrite`]); `now` is the time the
+    /// write runs at.
+    fn write_key<'a>(&'a self, key: &'a [u8], now: &'a Now<'a>) -> (usize, KeyWrite<'a>) {
+        let (own, hash) = self.locate(key);
+        let shard = &self.shards[own];
+        let map = shard.map.write();
+        shard.cache.begin(hash, |occupant| {
+            if let Some(e) = map.peek(occupant) {
+                e.touch();
+            }
+        });
+        let guard = KeyWrite {
+            map,
+            cache: &shard.cache,
+            hash,
+            key,
+            now,
+            published: false,
+        };
+        (own, guard)
+    }
+
+    /// Takes the entry to evict out of shard `own` (whose lock `map` is): the least recently
+    /// written one that was not read since eviction last passed it. A read entry at the tail
+    /// loses its mark and goes to the front (its second chance); after one pass over the shard
+    /// every mark is gone, so this ends.
+    fn pop_victim(&self, own: usize, map: &mut Map) -> Option<Entry> {
+        let cache = &self.shards[own].cache;
+        for _ in 0..map.len() {
+            let (k, e) = map.peek_lru()?;
+            let hit = cache.take_referenced(self.hasher.hash_one(k), k);
+            if !(e.referenced.swap(false, Ordering::Relaxed) | hit) {
+                break;
+            }
+            let (k, e) = map.pop_lru()?;
+            map.push(k, e);
+        }
+        let (k, e) = map.pop_lru()?;
+        cache.forget(self.hasher.hash_one(&k), &k);
+        Some(e)
     }
 
     fn try_reserve(&self, n: usize) -> bool {
@@ -375,11 +506,12 @@ impl Dict {
 
     /// Removes up to two expired entries from the least recently used end (ngx does this on
     /// every write and `get`, so that expired entries do not pile up).
-    fn expire_tail(&self, map: &mut Map, now: u64) {
+    fn expire_tail(&self, own: usize, map: &mut Map, now: &Now) {
         for _ in 0..2 {
             match map.peek_lru() {
                 Some((_, e)) if e.expired(now) => {
-                    if let Some((_, e)) = map.pop_lru() {
+                    if let Some((k, e)) = map.pop_lru() {
+                        self.shards[own].cache.forget(self.hasher.hash_one(&k), &k);
                         self.release(e.size);
                     }
                 }
@@ -419,14 +551,15 @@ impl Dict {
     /// Evicts the least recently used entry of shard `own`, or else of another shard whose lock
     /// is free right now (never waiting for one while holding `own`'s: no deadlock).
     fn evict_one(&self, own: usize, map: &mut Map) -> bool {
-        if let Some(e) = pop_victim(map) {
+        if let Some(e) = self.pop_victim(own, map) {
             self.release(e.size);
             return true;
         }
         let n = self.shards.len();
         for step in 1..n {
-            if let Some(mut other) = self.shards[(own + step) % n].try_write() {
-                if let Some(e) = pop_victim(&mut other) {
+            let i = (own + step) % n;
+            if let Some(mut other) = self.shards[i].map.try_write() {
+                if let Some(e) = self.pop_victim(i, &mut other) {
                     self.release(e.size);
                     return true;
                 }
@@ -438,15 +571,15 @@ impl Dict {
     /// The shard of `key` locked for reading, after the write that removes expired entries from
     /// its tail when there are any (`expire = true`; ngx removes them on every `get`). Checking
     /// under the shared lock first keeps the common read from taking the exclusive one.
-    fn read_shard(&self, key: &[u8], now: u64, expire: bool) -> RwLockReadGuard<'_, OwnLines> {
-        let shard = &self.shards[self.shard(key)];
-        let map = shard.read();
+    fn read_shard(&self, own: usize, now: &Now, expire: bool) -> RwLockReadGuard<'_, OwnLines> {
+        let shard = &self.shards[own];
+        let map = shard.map.read();
         if !expire || !map.peek_lru().is_some_and(|(_, e)| e.expired(now)) {
             return map;
         }
         drop(map);
-        self.expire_tail(&mut shard.write(), now);
-        shard.read()
+        self.expire_tail(own, &mut shard.map.write(), now);
+        shard.map.read()
     }
 
     /// `get` (`stale = false`) and `get_stale` (`stale = true`), as an owned value.
@@ -476,8 +609,32 @@ impl Dict {
     /// that reuses one buffer copies without allocating: the bytes must leave the shard's lock
     /// before they go into a Lua state, which can run finalizers that use this dictionary.
     pub fn get_into(&self, key: &[u8], stale: bool, out: &mut Vec<u8>) -> Found {
-        let now = self.now();
-        let map = self.read_shard(key, now, !stale);
+        let (own, hash) = self.locate(key);
+        if !stale {
+            if let Some(hit) = self.shards[own].cache.read(hash, key, || self.now()) {
+                let value = match hit.value {
+                    HitValue::Bool(b) => Kind::Bool(b),
+                    HitValue::Int(i) => Kind::Num(Number::Int(i)),
+                    HitValue::Float(f) => Kind::Num(Number::Float(f)),
+                    HitValue::Str { .. } => {
+                        out.clear();
+                        let bytes = hit.value.bytes();
+                        if out.try_reserve(bytes.len()).is_err() {
+                            return Found::NoMemory;
+                        }
+                        out.extend_from_slice(bytes);
+                        Kind::Str
+                    }
+                };
+                return Found::Value {
+                    value,
+                    flags: hit.flags,
+                    stale: false,
+                };
+            }
+        }
+        let now = &self.clock();
+        let map = self.read_shard(own, now, !stale);
         let Some(e) = map.peek(key) else {
             return Found::Missing;
         };
@@ -518,10 +675,9 @@ impl Dict {
         ttl: u64,
         flags: u32,
     ) -> Result<Written, Refused> {
-        let now = self.now();
-        let own = self.shard(key);
-        let mut map = self.shards[own].write();
-        self.expire_tail(&mut map, now);
+        let now = &self.clock();
+        let (own, mut map) = self.write_key(key, now);
+        self.expire_tail(own, &mut map, now);
         let live = map.peek(key).map(|e| !e.expired(now));
         match (mode, live) {
             (Mode::Add, Some(true)) => return Err(refused("exists")),
@@ -578,22 +734,30 @@ impl Dict {
         if mode == Mode::Add {
             return None;
         }
-        let now = self.now();
-        let mut map = self.shards[self.shard(key)].write();
-        self.expire_tail(&mut map, now);
+        let now = &self.clock();
+        let (own, mut map) = self.write_key(key, now);
+        self.expire_tail(own, &mut map, now);
         let deadline = self.deadline(ttl, now);
-        let e = map.peek_mut(key)?;
+        let e = map.map.peek_mut(key)?;
         if mode == Mode::Replace && e.expired(now) {
             return None;
         }
-        match &mut e.value {
-            Stored::Scalar(Scalar::Str(b)) if b.len() == value.len() => {
-                b.copy_from_slice(value);
-                e.flags = flags;
-                e.expires = deadline;
-            }
-            _ => return None,
+        let Stored::Scalar(v) = &mut e.value else {
+            return None;
+        };
+        let Scalar::Str(b) = &mut *v else {
+            return None;
+        };
+        if b.len() != value.len() {
+            return None;
         }
+        b.copy_from_slice(value);
+        e.flags = flags;
+        e.expires = deadline;
+        let live = deadline == 0 || deadline > now.get();
+        map.cache
+            .end(map.hash, key, live.then_some((v.cached(), flags, deadline)));
+        map.published = true;
         map.promote(key);
         Some(Written { forcible: false })
     }
@@ -648,10 +812,9 @@ impl Dict {
         delta: Number,
         init: Option<(Number, u64)>,
     ) -> Result<(Number, Written), Refused> {
-        let now = self.now();
-        let own = self.shard(key);
-        let mut map = self.shards[own].write();
-        self.expire_tail(&mut map, now);
+        let now = &self.clock();
+        let (own, mut map) = self.write_key(key, now);
+        self.expire_tail(own, &mut map, now);
         if let Some(e) = map.get_mut(key).filter(|e| !e.expired(now)) {
             return match &mut e.value {
                 Stored::Scalar(Scalar::Num(n)) => {
@@ -674,10 +837,9 @@ impl Dict {
     /// `lpush` (`front`) and `rpush`: returns the list's new length. A missing or expired key
     /// becomes a new list without TTL; a live non-list is "value not a list".
     pub fn push(&self, key: &[u8], item: Item, front: bool) -> Result<usize, Refused> {
-        let now = self.now();
-        let own = self.shard(key);
-        let mut map = self.shards[own].write();
-        self.expire_tail(&mut map, now);
+        let now = &self.clock();
+        let (own, mut map) = self.write_key(key, now);
+        self.expire_tail(own, &mut map, now);
         let (mut list, flags, expires, old_size) = match map.pop(key) {
             Some(e) if e.expired(now) => {
                 self.release(e.size);
@@ -725,9 +887,9 @@ impl Dict {
 
     /// `lpop` (`front`) and `rpop`. An emptied list is removed.
     pub fn pop(&self, key: &[u8], front: bool) -> Result<Option<Item>, Refused> {
-        let now = self.now();
-        let mut map = self.shards[self.shard(key)].write();
-        self.expire_tail(&mut map, now);
+        let now = &self.clock();
+        let (own, mut map) = self.write_key(key, now);
+        self.expire_tail(own, &mut map, now);
         let Some(e) = map.get_mut(key).filter(|e| !e.expired(now)) else {
             return Ok(None);
         };
@@ -754,8 +916,8 @@ impl Dict {
 
     /// `llen`: 0 for a missing or expired key.
     pub fn llen(&self, key: &[u8]) -> Result<usize, Refused> {
-        let now = self.now();
-        let map = self.read_shard(key, now, false);
+        let now = &self.clock();
+        let map = self.read_shard(self.locate(key).0, now, false);
         match map
             .peek(key)
             .filter(|e| !e.expired(now))
@@ -772,16 +934,20 @@ impl Dict {
 
     /// `ttl`: nanoseconds left (0 = no expiry), `None` if the key is missing or expired.
     pub fn ttl(&self, key: &[u8]) -> Option<u64> {
-        let now = self.now();
-        let map = self.read_shard(key, now, false);
+        let now = &self.clock();
+        let map = self.read_shard(self.locate(key).0, now, false);
         let e = map.peek(key).filter(|e| !e.expired(now))?;
-        Some(if e.expires == 0 { 0 } else { e.expires - now })
+        Some(if e.expires == 0 {
+            0
+        } else {
+            e.expires - now.get()
+        })
     }
 
     /// `expire`: gives a live key a new TTL (0 = never); false if it is missing or expired.
     pub fn expire(&self, key: &[u8], ttl: u64) -> bool {
-        let now = self.now();
-        let mut map = self.shards[self.shard(key)].write();
+        let now = &self.clock();
+        let (_, mut map) = self.write_key(key, now);
         match map.peek_mut(key).filter(|e| !e.expired(now)) {
             Some(e) => {
                 e.expires = self.deadline(ttl, now);
@@ -793,24 +959,27 @@ impl Dict {
 
     /// `flush_all`: every entry expires now (`get_stale` still sees them until they are removed).
     pub fn flush_all(&self) {
-        let now = self.now();
+        let now = &self.clock();
         for shard in self.shards.iter() {
-            for (_, e) in shard.write().iter_mut() {
-                e.expires = now;
+            let mut map = shard.map.write();
+            for (_, e) in map.iter_mut() {
+                e.expires = now.get();
             }
+            shard.cache.forget_all();
         }
     }
 
     /// `flush_expired`: removes expired entries, at most `max` (0 = all); returns how many.
     pub fn flush_expired(&self, max: usize) -> usize {
-        let now = self.now();
+        let now = &self.clock();
         let mut freed = 0;
         for shard in self.shards.iter() {
-            let mut map = shard.write();
-            map.retain(|_, e| {
+            let mut map = shard.map.write();
+            map.retain(|k, e| {
                 let remove = e.expired(now) && (max == 0 || freed < max);
                 if remove {
                     freed += 1;
+                    shard.cache.forget(self.hasher.hash_one(k), k);
                     self.release(e.size);
                 }
                 !remove
@@ -825,10 +994,10 @@ impl Dict {
     /// `get_keys`: live keys, at most `max` (0 = all), most recently written first within a
     /// shard.
     pub fn keys(&self, max: usize) -> Vec<Box<[u8]>> {
-        let now = self.now();
+        let now = &self.clock();
         let mut keys = Vec::new();
         for shard in self.shards.iter() {
-            let map = shard.read();
+            let map = shard.map.read();
             for (k, e) in map.iter() {
                 if max != 0 && keys.len() >= max {
                     return keys;
@@ -937,12 +1106,140 @@ mod tests {
         assert!(got(&d, "k1").is_some() && got(&d, "k3").is_some() && got(&d, "k4").is_some());
     }
 
+    /// What the locked path answers: `get_stale` never uses the read cache.
+    fn locked(d: &Dict, k: &[u8]) -> Got {
+        match d.get(k, true) {
+            Got::Value { stale: true, .. } => Got::Missing,
+            g => g,
+        }
+    }
+
+    #[test]
+    fn a_get_after_every_kind_of_write_answers_what_the_locked_path_answers() {
+        let d = Dict::new(1 << 20, 4);
+        let long = "k".repeat(60);
+        let check = |what: &str| {
+            for k in [&b"a"[..], b"b", long.as_bytes()] {
+                assert_eq!(d.get(k, false), locked(&d, k), "after {what}, key {k:?}");
+            }
+        };
+        let set = |k: &[u8], v: Scalar, flags| d.store(Mode::Set, false, k, Some(v), 0, flags);
+        set(b"a", s("one"), 1).unwrap();
+        set(b"b", Scalar::Num(Number::Int(7)), 0).unwrap();
+        set(long.as_bytes(), s(&"v".repeat(60)), 0).unwrap();
+        check("set");
+        assert_eq!(got(&d, "a"), Some(s("one")));
+        d.store_str(Mode::Set, false, b"a", b"two", 0, 2)
+            .unwrap()
+            .unwrap();
+        check("a rewrite in place");
+        assert_eq!(got(&d, "a"), Some(s("two")));
+        d.store_str(Mode::Replace, false, b"a", b"three!", 0, 3)
+            .unwrap()
+            .unwrap();
+        check("replace");
+        assert!(d.store(Mode::Add, false, b"a", Some(s("x")), 0, 0).is_err());
+        check("a refused add");
+        d.incr(b"b", Number::Int(1), None).unwrap();
+        check("incr");
+        assert_eq!(got(&d, "b"), Some(Scalar::Num(Number::Int(8))));
+        set(b"b", Scalar::Bool(false), 0).unwrap();
+        check("a boolean");
+        d.store(Mode::Set, false, b"b", None, 0, 0).unwrap();
+        check("delete");
+        d.push(b"b", Item::Num(Number::Int(1)), true).unwrap();
+        check("lpush");
+        d.pop(b"b", true).unwrap();
+        check("lpop of the last element");
+        assert!(d.expire(b"a", ttl_ns(1.0)));
+        d.advance(2.0);
+        check("expire, then time passing");
+        assert_eq!(got(&d, "a"), None);
+        set(b"a", s("again"), 0).unwrap();
+        d.flush_all();
+        check("flush_all");
+        assert_eq!(got(&d, "a"), None);
+        set(b"a", s("after"), 0).unwrap();
+        d.flush_expired(0);
+        check("flush_expired");
+        assert_eq!(got(&d, "a"), Some(s("after")));
+    }
+
+    #[test]
+    fn an_evicted_entry_is_not_read_back_from_the_read_cache() {
+        let entry = scalar_size(b"k0", &s("0123456789"));
+        let d = Dict::new(entry * 2, 1);
+        let set = |k: &str| {
+            d.store(Mode::Set, false, k.as_bytes(), Some(s("0123456789")), 0, 0)
+                .unwrap()
+        };
+        set("k0");
+        set("k1");
+        assert!(set("k2").forcible);
+        assert_eq!(got(&d, "k0"), None);
+        assert_eq!(locked(&d, b"k0"), Got::Missing);
+    }
+
+    #[test]
+    fn readers_never_see_half_of_a_write() {
+        // every value written is consistent in itself: n bytes of n, flags n; a reader that saw
+        // one half of a write and the other half of the next would find a mismatch
+        let d = std::sync::Arc::new(Dict::new(1 << 20, 2));
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let (d, done) = (d.clone(), done.clone());
+                std::thread::spawn(move || {
+                    let mut seen = 0u64;
+                    while !done.load(Ordering::Relaxed) {
+                        for k in [&b"k0"[..], b"k1"] {
+                            if let Got::Value { value, flags, .. } = d.get(k, false) {
+                                match value {
+                                    Scalar::Str(b) => {
+                                        assert_eq!(b.len() as u32, flags);
+                                        assert!(b.iter().all(|&x| u32::from(x) == flags));
+                                    }
+                                    Scalar::Num(Number::Int(i)) => assert_eq!(i as u32, flags),
+                                    other => panic!("unexpected {other:?}"),
+                                }
+                                seen += 1;
+                            }
+                        }
+                    }
+                    seen
+                })
+            })
+            .collect();
+        for i in 0..200_000u32 {
+            let n = 1 + i % 48;
+            let k: &[u8] = if i % 2 == 0 { b"k0" } else { b"k1" };
+            if i % 3 == 0 {
+                d.store(
+                    Mode::Set,
+                    false,
+                    k,
+                    Some(Scalar::Num(Number::Int(n.into()))),
+                    0,
+                    n,
+                )
+                .unwrap();
+            } else {
+                let v = vec![n as u8; n as usize];
+                d.store_str(Mode::Set, false, k, &v, 0, n).unwrap().unwrap();
+            }
+        }
+        done.store(true, Ordering::Relaxed);
+        for r in readers {
+            assert!(r.join().unwrap() > 0);
+        }
+    }
+
     #[test]
     fn readers_of_one_shard_do_not_wait_for_each_other() {
         let d = std::sync::Arc::new(Dict::new(1 << 20, 1));
         d.store(Mode::Set, false, b"k", Some(s("v")), 0, 0).unwrap();
         // a reader in the middle of its read: a mutex would keep the other thread waiting
-        let held = d.shards[0].read();
+        let held = d.shards[0].map.read();
         let (tx, rx) = std::sync::mpsc::channel();
         let reader = {
             let d = d.clone();
@@ -1081,7 +1378,7 @@ mod tests {
         let used: usize = d
             .shards
             .iter()
-            .map(|s| s.read().iter().map(|(_, e)| e.size).sum::<usize>())
+            .map(|s| s.map.read().iter().map(|(_, e)| e.size).sum::<usize>())
             .sum();
         assert_eq!(d.capacity() - d.free_space(), used);
         d.flush_all();

@@ -11,6 +11,7 @@
 //! the fork refuse to work, and `vmpool.shared(name)` in the child starts a new, empty dictionary.
 
 pub mod dict;
+mod read_cache;
 
 use std::collections::HashMap;
 use std::sync::Arc;
