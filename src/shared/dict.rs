@@ -3,13 +3,14 @@
 //! Past 600 lines because it is one data structure with `ngx.shared.DICT`'s 21 operations, their
 //! exact results, eviction and byte accounting, and its unit tests.
 //!
-//! Entries live in shards, each a read-write lock over a map kept in recently-written order; a
-//! key's hash picks its shard, so threads working on different keys rarely meet on a lock, and no
-//! operation holds a lock for longer than one entry's work (the whole-dictionary operations lock
-//! one shard at a time). Reads (`get`, `get_stale`, `ttl`, `llen`, `get_keys`) share the lock:
-//! instead of moving the entry to the front, which is a write, a read sets the entry's
-//! `referenced` bit, and eviction gives a referenced entry a second chance (the CLOCK
-//! approximation of least-recently-used). Readers of the same keys on several threads then run
+//! Entries live in shards, each a read-write lock over a map kept in the order entries were
+//! added; a key's hash picks its shard, so threads working on different keys rarely meet on a
+//! lock, and no operation holds a lock for longer than one entry's work (the whole-dictionary
+//! operations lock one shard at a time). Reads (`get`, `get_stale`, `ttl`, `llen`, `get_keys`)
+//! share the lock: instead of moving the entry to the front, which is a write, a read sets the
+//! entry's `referenced` bit, and so does a write that rewrites an entry in place (a value no
+//! bigger, `incr`); eviction gives a referenced entry a second chance (the CLOCK approximation
+//! of least-recently-used). Readers of the same keys on several threads then run
 //! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). Most `get`s take no
 //! lock at all: they read the key's slot in the shard's read cache (`read_cache.rs`), which every
 //! write of a key updates through [`KeyWrite`] before the lock is released, and every removal of
@@ -34,10 +35,10 @@
 //! that fails with "no memory" leaves the old value in place (ngx has already dropped it); the
 //! least recently used order is kept per shard, so with more than one shard eviction picks the
 //! least recently used entry of the shard that needs room, not of the whole dictionary; and that
-//! order is CLOCK's approximation: the oldest-written entry not read since eviction last passed
-//! it goes first. With `shards = 1` that is ngx's order except where an entry was read twice
-//! between evictions (ngx orders the entries read by the time of their last read; here they keep
-//! their write order among themselves).
+//! order is CLOCK's approximation: the oldest-added entry not used (read or rewritten in place)
+//! since eviction last passed it goes first. With `shards = 1` that is ngx's order except where
+//! two entries were both used between evictions (ngx orders them by the time of their last use;
+//! here they keep the order they were added in among themselves).
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -716,7 +717,7 @@ impl Dict {
 
     /// The common rewrite of a string, done without allocating: `set` (or `replace` of a live
     /// key) of a string as long as the one stored, whose bytes are overwritten in place (and the
-    /// entry made the most recently used, as any write does). Returns `None`, having changed
+    /// entry marked as used, as any rewrite in place does). Returns `None`, having changed
     /// nothing, when that does not apply; [`Dict::store_str`] then copies the value and stores it.
     ///
     /// Why: a copy per `set` means a `malloc` in the writing thread and a `free` of the old value
@@ -758,7 +759,8 @@ impl Dict {
         map.cache
             .end(map.hash, key, live.then_some((v.cached(), flags, deadline)));
         map.published = true;
-        map.promote(key);
+        // marked, not moved to the front: see `Dict::put`
+        e.touch();
         Some(Written { forcible: false })
     }
 
@@ -772,12 +774,19 @@ impl Dict {
         entry: Entry,
         safe: bool,
     ) -> Result<Written, Refused> {
-        // the common case, a key rewritten with a value no bigger: in place (one lookup, which
-        // also makes it the most recently used), without taking the key out and back in
-        if let Some(e) = map.get_mut(key) {
+        // the common case, a key rewritten with a value no bigger: in place (one lookup),
+        // without taking the key out and back in.
+        //
+        // A rewrite in place marks the entry as used (CLOCK's bit, as a read does) instead of
+        // moving it to the front of the shard's order: the move writes the entry's neighbours
+        // and the shard's list head, cache lines every other writer of the shard then fetches
+        // again. With the host and 2 states on 1,000 keys (10% sets), that took the scaling from
+        // 1.13x to 1.43-1.49x on LuaJIT (bench/shared.lua; results 2026-12-02-shared-read-cache).
+        if let Some(e) = map.peek_mut(key) {
             if entry.size <= e.size {
                 self.release(e.size - entry.size);
                 *e = entry;
+                e.touch();
                 return Ok(Written { forcible: false });
             }
         }
@@ -815,7 +824,9 @@ impl Dict {
         let now = &self.clock();
         let (own, mut map) = self.write_key(key, now);
         self.expire_tail(own, &mut map, now);
-        if let Some(e) = map.get_mut(key).filter(|e| !e.expired(now)) {
+        // marked, not moved to the front: see `Dict::put`
+        if let Some(e) = map.peek_mut(key).filter(|e| !e.expired(now)) {
+            e.touch();
             return match &mut e.value {
                 Stored::Scalar(Scalar::Num(n)) => {
                     *n = n.add(delta);
@@ -1257,7 +1268,7 @@ mod tests {
     }
 
     #[test]
-    fn a_string_of_the_same_length_is_overwritten_in_place_and_becomes_the_most_recently_used() {
+    fn a_string_of_the_same_length_is_overwritten_in_place_and_is_spared_by_the_next_eviction() {
         let entry = scalar_size(b"k0", &s("0123456789"));
         let d = Dict::new(entry * 3, 1);
         for k in ["k0", "k1", "k2"] {
