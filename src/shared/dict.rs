@@ -457,7 +457,7 @@ impl Dict {
         let (own, hash) = self.locate(key);
         let shard = &self.shards[own];
         let map = shard.map.write();
-        shard.cache.begin(hash, |occupant| {
+        shard.cache.begin(hash, key, |occupant| {
             if let Some(e) = map.peek(occupant) {
                 e.touch();
             }

@@ -194,17 +194,19 @@ impl ReadCache {
         })
     }
 
-    /// Starts the write of `hash`'s slot (the caller holds the shard's write lock and ends it
-    /// with [`ReadCache::end`]). If the key in the slot was read since it was written, calls
-    /// `referenced` with that key first, so that the entry keeps its CLOCK bit.
-    pub fn begin(&self, hash: u64, referenced: impl FnOnce(&[u8])) {
+    /// Starts the write of `key`'s slot (the caller holds the shard's write lock and ends it
+    /// with [`ReadCache::end`]). If another key in the slot was read since eviction last passed
+    /// it, calls `referenced` with that key first, so that its entry keeps its CLOCK bit. The
+    /// mark of `key` itself stays on the slot: the key was used, and leaving the bit as it is
+    /// spares the readers' next hits a write to the line.
+    pub fn begin(&self, hash: u64, key: &[u8], referenced: impl FnOnce(&[u8])) {
         let slot = self.slot(hash);
         let s = slot.seq.load(Ordering::Relaxed);
         if s & 1 == 1 {
             return; // already being written (by this lock holder): nothing to start
         }
-        if slot.referenced.load(Ordering::Relaxed) && slot.referenced.swap(false, Ordering::Relaxed)
-        {
+        if slot.referenced.load(Ordering::Relaxed) && !self.holds(slot, key) {
+            slot.referenced.store(false, Ordering::Relaxed);
             if let Some(words) = self.occupant(slot) {
                 let len = ((slot.meta.load(Ordering::Relaxed) >> 8) & 0xff) as usize;
                 referenced(&unpack(&words)[..len]);
@@ -250,9 +252,14 @@ impl ReadCache {
                     w.store(v, Ordering::Relaxed);
                 }
             }
-            None => slot.meta.store(EMPTY, Ordering::Relaxed),
+            None => {
+                slot.meta.store(EMPTY, Ordering::Relaxed);
+                // an empty slot carries no mark (so the next key in it does not inherit one)
+                if slot.referenced.load(Ordering::Relaxed) {
+                    slot.referenced.store(false, Ordering::Relaxed);
+                }
+            }
         }
-        slot.referenced.store(false, Ordering::Relaxed);
         slot.seq.store(s + 1, Ordering::Release);
     }
 
