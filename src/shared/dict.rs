@@ -753,8 +753,14 @@ impl Dict {
             return None;
         }
         b.copy_from_slice(value);
-        e.flags = flags;
-        e.expires = deadline;
+        // written only when they change: the entry's line is read by every writer of the key,
+        // and a write would make the others fetch it again
+        if e.flags != flags {
+            e.flags = flags;
+        }
+        if e.expires != deadline {
+            e.expires = deadline;
+        }
         let live = deadline == 0 || deadline > now.get();
         map.cache
             .end(map.hash, key, live.then_some((v.cached(), flags, deadline)));
