@@ -359,6 +359,20 @@ local function phase_error(what, phase)
     .. "the worker on purpose)", what, tostring(phase))
 end
 
+-- The wait and the results of host_co_invoke's call, in a function of its own that it tail-calls.
+-- Why: the request resumes inside sleep_on, and LuaJIT's trace of what follows cannot return
+-- through a vararg function's frame (host_co_invoke's, "NYI: return to lower frame"); it gave up
+-- and ran the rest of every request in the interpreter. host_co_invoke's frame is gone by then.
+local function finish_call(w, notifier, token)
+  local timeout = config.wait_timeout
+  local why, err = sleep_on(w, token, timeout)
+  if why ~= nil and not (why == false and notifier:_done(token)) then
+    notifier:_drop(token) -- its completion, when it comes, finds no waiter and is dropped
+    error(why or gave_up(w, timeout, err), 0)
+  end
+  return notifier:_take(token)
+end
+
 --- pool:co_invoke(chunk, fn, ...) inside OpenResty, returned to vmpool.lua with the adapter (see
 --- its dispatch). The hot path: one native call submits and subscribes, one takes the results; no
 --- future object is made.
@@ -383,13 +397,7 @@ local function host_co_invoke(pool, chunk, fn, ...)
     else
       token = notifier:_submit(pool, chunk, fn, ...)
     end
-    local timeout = config.wait_timeout
-    local why, err = sleep_on(w, token, timeout)
-    if why ~= nil and not (why == false and notifier:_done(token)) then
-      notifier:_drop(token) -- its completion, when it comes, finds no waiter and is dropped
-      error(why or gave_up(w, timeout, err), 0)
-    end
-    return notifier:_take(token)
+    return finish_call(w, notifier, token)
   elseif BLOCKS[phase] then
     return pool:invoke(chunk, fn, ...)
   end
