@@ -28,6 +28,12 @@
 //! `token, first = notifier:_defer(pool, chunk, fn, ...)` prepares the call but only queues it in
 //! an outbox that `notifier:_flush()` submits: the adapter flushes once per turn of nginx's event
 //! loop, so the requests of one turn wake a sleeping pool worker once, not once each.
+//!
+//! `native._notifier(true)` makes a notifier that knows the process it was made in: after a
+//! `fork()`, its `_defer` and `_submit` return `false` instead of a token and do nothing, so
+//! that the OpenResty adapter learns that its state was inherited from another process without
+//! asking for the worker's pid on every request (an FFI call that LuaJIT's interpreter runs:
+//! about 600 of the event loop's instructions per request, `bench/ngx/instructions.lua`).
 
 use std::collections::HashMap;
 use std::ffi::c_int;
@@ -68,6 +74,21 @@ pub struct NotifierHandle {
     next_token: u64,
     /// Tokens that can never come back (see the module docs), reused first.
     free_tokens: Vec<u64>,
+    /// `sys::fork_generation()` when made with `_notifier(true)`; `None` otherwise.
+    born: Option<u64>,
+}
+
+impl NotifierHandle {
+    /// Whether it was made with `_notifier(true)` in another process (before a `fork()`).
+    fn inherited(&self) -> bool {
+        born_elsewhere(self.born, crate::sys::fork_generation())
+    }
+}
+
+/// Whether a notifier made in fork generation `born` (`None`: one that does not care) is used in
+/// generation `now` of another process.
+fn born_elsewhere(born: Option<u64>, now: u64) -> bool {
+    born.is_some_and(|g| g != now)
 }
 
 impl userdata::Tagged for NotifierHandle {
@@ -130,6 +151,7 @@ fn handle<'a>(st: State) -> Result<&'a mut NotifierHandle, Error> {
 
 crate::lua_function!(pub fn new_notifier => new_impl);
 fn new_impl(st: State) -> Result<c_int, Error> {
+    let born = st.to_boolean(1).then(crate::sys::fork_generation);
     userdata::push(
         st,
         NotifierHandle {
@@ -143,6 +165,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             postings: Vec::new(),
             next_token: 1,
             free_tokens: Vec::new(),
+            born,
         },
         UV_NOTIFIER,
     )?;
@@ -342,9 +365,13 @@ fn start(notifier: &Arc<Notifier>, token: u64, e: &mut InFlight) -> Result<Optio
 
 crate::lua_function!(pub fn submit => submit_impl);
 /// `notifier:_submit(pool, chunk, fn, ...)` -> token. Raises like `pool:invoke` when the pool
-/// refuses the call.
+/// refuses the call; `false` from a `_notifier(true)` inherited through `fork()`.
 fn submit_impl(st: State) -> Result<c_int, Error> {
     let n = handle(st)?;
+    if n.inherited() {
+        st.push_bool(false);
+        return Ok(1);
+    }
     let token = prepare(st, n, false)?;
     let started = match n.calls.get_mut(&token) {
         Some(e) => start(&n.notifier, token, e).map(drop),
@@ -364,9 +391,14 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn defer => defer_impl);
 /// `notifier:_defer(pool, chunk, fn, ...)` -> token, first: the call waits in the outbox for
-/// `_flush`; `first` says the outbox was empty (the caller arranges a flush).
+/// `_flush`; `first` says the outbox was empty (the caller arranges a flush). `false` from a
+/// `_notifier(true)` inherited through `fork()`.
 fn defer_impl(st: State) -> Result<c_int, Error> {
     let n = handle(st)?;
+    if n.inherited() {
+        st.push_bool(false);
+        return Ok(1);
+    }
     let token = prepare(st, n, true)?;
     n.outbox.push(token);
     st.push_number(token as f64);
@@ -496,4 +528,19 @@ fn subscribe_future_impl(st: State) -> Result<c_int, Error> {
     }
     st.push_bool(subscribed);
     Ok(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::born_elsewhere;
+
+    #[test]
+    fn only_a_notifier_that_asked_and_was_made_before_a_fork_is_inherited() {
+        assert!(!born_elsewhere(None, 0));
+        assert!(!born_elsewhere(None, 3));
+        assert!(!born_elsewhere(Some(2), 2));
+        assert!(born_elsewhere(Some(2), 3));
+        // the child's generation after `fork()` in the child: it was made in the parent
+        assert!(born_elsewhere(Some(0), crate::sys::fork_generation() + 1));
+    }
 }

@@ -73,7 +73,8 @@ local function worker()
   local pid = worker_pid()
   local w = W
   if w == nil or w.pid ~= pid then
-    local notifier = native._notifier()
+    -- true: a copy of it inherited through fork() refuses calls (see host_co_invoke)
+    local notifier = native._notifier(true)
     w = {
       pid = pid,
       notifier = notifier,
@@ -379,8 +380,12 @@ end
 local function host_co_invoke(pool, chunk, fn, ...)
   local phase = get_phase()
   if YIELDS[phase] then
+    -- No pid check here, unlike the other entry points: the worker's state built in another
+    -- process (inherited through fork()) has a notifier that refuses the call (a false token),
+    -- and the state is then built anew. Asking for the pid was an FFI call that the interpreter
+    -- runs, about 600 instructions per request.
     local w = W
-    if w == nil or w.pid ~= worker_pid() then
+    if w == nil then
       w = worker()
     end
     if w.light_thread ~= RUNNING and not ensure_light_thread(w) then
@@ -396,6 +401,10 @@ local function host_co_invoke(pool, chunk, fn, ...)
       end
     else
       token = notifier:_submit(pool, chunk, fn, ...)
+    end
+    if token == false then
+      W = nil -- inherited through fork(): start over with this process's own state
+      return host_co_invoke(pool, chunk, fn, ...)
     end
     return finish_call(w, notifier, token)
   elseif BLOCKS[phase] then
