@@ -268,28 +268,18 @@ impl ReadCache {
     pub fn forget(&self, hash: u64, key: &[u8]) {
         let slot = self.slot(hash);
         let s = slot.seq.load(Ordering::Relaxed);
-        if s & 1 == 1 || !self.holds(slot, key) {
-            return;
+        if s & 1 == 0 && self.holds(slot, key) {
+            empty(slot, s);
         }
-        slot.seq.store(s + 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        slot.meta.store(EMPTY, Ordering::Relaxed);
-        slot.referenced.store(false, Ordering::Relaxed);
-        slot.seq.store(s + 2, Ordering::Release);
     }
 
     /// Empties every slot (the caller holds the shard's write lock).
     pub fn forget_all(&self) {
         for slot in self.slots.iter() {
             let s = slot.seq.load(Ordering::Relaxed);
-            if s & 1 == 1 {
-                continue;
+            if s & 1 == 0 {
+                empty(slot, s);
             }
-            slot.seq.store(s + 1, Ordering::Relaxed);
-            fence(Ordering::Release);
-            slot.meta.store(EMPTY, Ordering::Relaxed);
-            slot.referenced.store(false, Ordering::Relaxed);
-            slot.seq.store(s + 2, Ordering::Release);
         }
     }
 
@@ -322,6 +312,16 @@ impl ReadCache {
                 .occupant(slot)
                 .is_some_and(|words| unpack(&words)[..key.len()] == *key)
     }
+}
+
+/// Empties `slot`, whose even sequence is `s`, as one write (the caller holds the shard's write
+/// lock, and nobody else is writing the slot).
+fn empty(slot: &Slot, s: u64) {
+    slot.seq.store(s + 1, Ordering::Relaxed);
+    fence(Ordering::Release);
+    slot.meta.store(EMPTY, Ordering::Relaxed);
+    slot.referenced.store(false, Ordering::Relaxed);
+    slot.seq.store(s + 2, Ordering::Release);
 }
 
 fn one(w: u64) -> [u64; WORDS] {
