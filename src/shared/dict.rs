@@ -118,6 +118,17 @@ pub fn try_copy(b: &[u8]) -> Option<Box<[u8]>> {
     Some(v.into_boxed_slice())
 }
 
+/// Replaces `out`'s contents with `bytes`; false when the system refuses the memory (fallible:
+/// a value may be as large as the capacity).
+fn copy_into(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
+    out.clear();
+    if out.try_reserve(bytes.len()).is_err() {
+        return false;
+    }
+    out.extend_from_slice(bytes);
+    true
+}
+
 /// An element of a list.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Item {
@@ -175,6 +186,15 @@ impl Entry {
 
     fn expired(&self, now: &Now) -> bool {
         self.expires != 0 && self.expires <= now.get()
+    }
+
+    /// What the read cache holds for this entry at `now`: its value, flags and expiry, or
+    /// nothing for a list or an expired entry.
+    fn cached(&self, now: &Now) -> Option<(read_cache::Value<'_>, u32, u64)> {
+        match &self.value {
+            Stored::Scalar(v) if !self.expired(now) => Some((v.cached(), self.flags, self.expires)),
+            _ => None,
+        }
     }
 }
 
@@ -313,11 +333,7 @@ impl Drop for KeyWrite<'_> {
         if self.published {
             return;
         }
-        let now = self.now;
-        let state = self.map.peek(self.key).and_then(|e| match &e.value {
-            Stored::Scalar(v) if !e.expired(now) => Some((v.cached(), e.flags, e.expires)),
-            _ => None,
-        });
+        let state = self.map.peek(self.key).and_then(|e| e.cached(self.now));
         self.cache.end(self.hash, self.key, state);
     }
 }
@@ -473,10 +489,10 @@ impl Dict {
         (own, guard)
     }
 
-    /// Takes the entry to evict out of shard `own` (whose lock `map` is): the least recently
-    /// written one that was not read since eviction last passed it. A read entry at the tail
-    /// loses its mark and goes to the front (its second chance); after one pass over the shard
-    /// every mark is gone, so this ends.
+    /// Takes the entry to evict out of shard `own` (whose lock `map` is): the oldest-added one
+    /// that was not used (read or rewritten in place) since eviction last passed it. A used
+    /// entry at the tail loses its mark and goes to the front (its second chance); after one
+    /// pass over the shard every mark is gone, so this ends.
     fn pop_victim(&self, own: usize, map: &mut Map) -> Option<Entry> {
         let cache = &self.shards[own].cache;
         for _ in 0..map.len() {
@@ -618,12 +634,9 @@ impl Dict {
                     HitValue::Int(i) => Kind::Num(Number::Int(i)),
                     HitValue::Float(f) => Kind::Num(Number::Float(f)),
                     HitValue::Str { .. } => {
-                        out.clear();
-                        let bytes = hit.value.bytes();
-                        if out.try_reserve(bytes.len()).is_err() {
+                        if !copy_into(out, hit.value.bytes()) {
                             return Found::NoMemory;
                         }
-                        out.extend_from_slice(bytes);
                         Kind::Str
                     }
                 };
@@ -649,12 +662,9 @@ impl Dict {
             Stored::Scalar(Scalar::Bool(b)) => Kind::Bool(*b),
             Stored::Scalar(Scalar::Num(n)) => Kind::Num(*n),
             Stored::Scalar(Scalar::Str(s)) => {
-                out.clear();
-                // fallible: a value may be as large as the capacity
-                if out.try_reserve(s.len()).is_err() {
+                if !copy_into(out, s) {
                     return Found::NoMemory;
                 }
-                out.extend_from_slice(s);
                 Kind::Str
             }
         };
@@ -761,9 +771,7 @@ impl Dict {
         if e.expires != deadline {
             e.expires = deadline;
         }
-        let live = deadline == 0 || deadline > now.get();
-        map.cache
-            .end(map.hash, key, live.then_some((v.cached(), flags, deadline)));
+        map.cache.end(map.hash, key, e.cached(now));
         map.published = true;
         // marked, not moved to the front: see `Dict::put`
         e.touch();

@@ -60,7 +60,7 @@ struct Slot {
     referenced: AtomicBool,
 }
 
-/// A value read from a slot. A string's bytes are in `words`, `len` of them.
+/// A value read from a slot, with its flags.
 pub struct Hit {
     pub value: HitValue,
     pub flags: u32,
@@ -155,14 +155,8 @@ impl ReadCache {
         }
         let meta = slot.meta.load(Ordering::Relaxed);
         let expires = slot.expires.load(Ordering::Relaxed);
-        let mut got = [0u64; WORDS];
-        for (g, w) in got.iter_mut().zip(&slot.key) {
-            *g = w.load(Ordering::Relaxed);
-        }
-        let mut value = [0u64; WORDS];
-        for (v, w) in value.iter_mut().zip(&slot.value) {
-            *v = w.load(Ordering::Relaxed);
-        }
+        let got = load_words(&slot.key);
+        let value = load_words(&slot.value);
         // the loads above happen before the sequence is read again
         fence(Ordering::Acquire);
         if slot.seq.load(Ordering::Relaxed) != s1 {
@@ -245,12 +239,8 @@ impl ReadCache {
             Some((meta, expires, words, value)) => {
                 slot.meta.store(meta, Ordering::Relaxed);
                 slot.expires.store(expires, Ordering::Relaxed);
-                for (w, v) in slot.key.iter().zip(words) {
-                    w.store(v, Ordering::Relaxed);
-                }
-                for (w, v) in slot.value.iter().zip(value) {
-                    w.store(v, Ordering::Relaxed);
-                }
+                store_words(&slot.key, words);
+                store_words(&slot.value, value);
             }
             None => {
                 slot.meta.store(EMPTY, Ordering::Relaxed);
@@ -298,19 +288,15 @@ impl ReadCache {
         if slot.meta.load(Ordering::Relaxed) & 0xff == EMPTY {
             return None;
         }
-        let mut words = [0u64; WORDS];
-        for (g, w) in words.iter_mut().zip(&slot.key) {
-            *g = w.load(Ordering::Relaxed);
-        }
-        Some(words)
+        Some(load_words(&slot.key))
     }
 
+    /// Whether the slot's occupant is `key`: the same length and the same packed words, the
+    /// comparison `read` makes.
     fn holds(&self, slot: &Slot, key: &[u8]) -> bool {
         let meta = slot.meta.load(Ordering::Relaxed);
         (meta >> 8) & 0xff == key.len() as u64
-            && self
-                .occupant(slot)
-                .is_some_and(|words| unpack(&words)[..key.len()] == *key)
+            && pack(key).is_some_and(|want| self.occupant(slot) == Some(want))
     }
 }
 
@@ -322,6 +308,18 @@ fn empty(slot: &Slot, s: u64) {
     slot.meta.store(EMPTY, Ordering::Relaxed);
     slot.referenced.store(false, Ordering::Relaxed);
     slot.seq.store(s + 2, Ordering::Release);
+}
+
+/// A slot's words as they are now (readers check the sequence around this).
+fn load_words(words: &[AtomicU64; WORDS]) -> [u64; WORDS] {
+    std::array::from_fn(|i| words[i].load(Ordering::Relaxed))
+}
+
+/// Writes a slot's words (the caller holds the shard's write lock, the sequence odd).
+fn store_words(words: &[AtomicU64; WORDS], values: [u64; WORDS]) {
+    for (w, v) in words.iter().zip(values) {
+        w.store(v, Ordering::Relaxed);
+    }
 }
 
 fn one(w: u64) -> [u64; WORDS] {
