@@ -4,7 +4,8 @@
 --
 --   c_call     rawequal(a, b): the cost of calling any C function from Lua, the floor of a method
 --   get, set   dict:get(key) / dict:set(key, "value-N") over 1,000 keys, nanoseconds per operation
---   alone      operations per second of the host alone (90% get, 10% set on the same keys)
+--   alone      operations per second of the host alone (90% get, 10% set on the same keys;
+--              --set-every=N makes every Nth operation a set instead, 0 none)
 --   together   operations per second of the host plus two pool states doing the same at once,
 --              each for the same wall-clock window; scaling = together / alone (goal >= 1.5 on 2 CPUs)
 --   compute    the machine's own ceiling for that figure: the same loop with a string operation of
@@ -15,7 +16,7 @@
 -- interleaved with the others'); the result is the median of the rounds with min and max.
 --
 -- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/shared.lua'
---   [--rounds=7] [--ops=2000000] [--seconds=1] [--shards=N]; --quick or BENCH_QUICK=1 checks that it
+--   [--rounds=7] [--ops=2000000] [--seconds=1] [--shards=N] [--set-every=10]; --quick or BENCH_QUICK=1 checks that it
 --   works.
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/lib/?.lua;" .. package.path
@@ -30,6 +31,7 @@ local ops = tonumber(o.ops) or (o.quick and 20000 or 2000000)
 local seconds = tonumber(o.seconds) or (o.quick and 0.05 or 1)
 local clock = vmpool.clock
 local KEYS = 1000
+local SET_EVERY = math.floor(tonumber(o.set_every) or 10)
 
 local dict = vmpool.shared("bench", { capacity = "16m", shards = tonumber(o.shards) })
 local keys = {}
@@ -69,7 +71,7 @@ local figures = {
 local HAMMER = [[
 local vmpool = require "vmpool"
 local clock = vmpool.clock
-function hammer(seconds, nkeys)
+function hammer(seconds, nkeys, every)
   local d = vmpool.shared("bench")
   local keys = {}
   for i = 1, nkeys do keys[i] = "key-" .. i end
@@ -77,14 +79,14 @@ function hammer(seconds, nkeys)
   while true do
     for i = 1, 1000 do
       local k = keys[(n + i) % nkeys + 1]
-      if i % 10 == 0 then d:set(k, "value") else d:get(k) end
+      if every > 0 and i % every == 0 then d:set(k, "value") else d:get(k) end
     end
     n = n + 1000
     if clock() >= stop then return n / seconds end
   end
 end
 -- the same loop without the dictionary (string.byte of the key, then a table write or read)
-function compute(seconds, nkeys)
+function compute(seconds, nkeys, every)
   local keys, t = {}, {}
   for i = 1, nkeys do keys[i] = "key-" .. i end
   local byte = string.byte
@@ -92,7 +94,7 @@ function compute(seconds, nkeys)
   while true do
     for i = 1, 1000 do
       local k = keys[(n + i) % nkeys + 1]
-      if i % 10 == 0 then t[k] = byte(k, 5) else local _ = t[k] or byte(k, 5) end
+      if every > 0 and i % every == 0 then t[k] = byte(k, 5) else local _ = t[k] or byte(k, 5) end
     end
     n = n + 1000
     if clock() >= stop then return n / seconds end
@@ -103,16 +105,16 @@ local hammer = assert((loadstring or load)(HAMMER))
 hammer()
 local pool = vmpool.new { core = 2, max_noncore = 0 }
 pool:compile("hammer", HAMMER)
-pool:invoke("hammer", "hammer", 0.01, KEYS) -- warm both states' code
-pool:invoke("hammer", "hammer", 0.01, KEYS)
+pool:invoke("hammer", "hammer", 0.01, KEYS, SET_EVERY) -- warm both states' code
+pool:invoke("hammer", "hammer", 0.01, KEYS, SET_EVERY)
 
 local alone, together = {}, {}
 local compute_alone, compute_together = {}, {}
 local function contention(fn, alone_out, together_out)
-  alone_out[#alone_out + 1] = _G[fn](seconds, KEYS)
-  local a = pool:submit("hammer", fn, seconds, KEYS)
-  local b = pool:submit("hammer", fn, seconds, KEYS)
-  local host = _G[fn](seconds, KEYS)
+  alone_out[#alone_out + 1] = _G[fn](seconds, KEYS, SET_EVERY)
+  local a = pool:submit("hammer", fn, seconds, KEYS, SET_EVERY)
+  local b = pool:submit("hammer", fn, seconds, KEYS, SET_EVERY)
+  local host = _G[fn](seconds, KEYS, SET_EVERY)
   together_out[#together_out + 1] = host + a:wait() + b:wait()
 end
 
@@ -156,3 +158,4 @@ print(("%-10s %12.2f x alone  [%.2f-%.2f]  (the same loop without the dictionary
 print(("%-10s %12.2f x        [%.2f-%.2f]  (scaling / compute, per round)"):format("relative", rel.median, rel.min,
   rel.max))
 print(("shards     %12d"):format(tonumber(o.shards) or 16))
+print(("set every  %12d"):format(SET_EVERY) .. (SET_EVERY == 0 and "  (no sets)" or "  operations"))
