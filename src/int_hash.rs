@@ -1,8 +1,8 @@
-//! A hasher for maps keyed by small consecutive integers (chunk ids, call tokens): one
+//! A hasher for sets of small consecutive integers (chunk ids): one
 //! multiplication spreads them well enough, far cheaper than the default SipHash on a path taken
 //! for every call.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::{BuildHasherDefault, Hasher};
 
 #[derive(Default)]
@@ -22,5 +22,4 @@ impl Hasher for IntHasher {
     }
 }
 
-pub type IntMap<V> = HashMap<u64, V, BuildHasherDefault<IntHasher>>;
 pub type IntSet = HashSet<u64, BuildHasherDefault<IntHasher>>;

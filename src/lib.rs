@@ -78,6 +78,8 @@ pub(crate) mod shared;
 pub(crate) mod spin;
 pub(crate) mod state_heap;
 pub(crate) mod sys;
+#[cfg_attr(not(feature = "module"), allow(dead_code))]
+pub(crate) mod token_map;
 pub(crate) mod value;
 
 pub use error::{Error, Result};

@@ -35,7 +35,6 @@
 //! asking for the worker's pid on every request (an FFI call that LuaJIT's interpreter runs:
 //! about 600 of the event loop's instructions per request, `bench/ngx/instructions.lua`).
 
-use std::collections::HashMap;
 use std::ffi::c_int;
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
@@ -48,10 +47,10 @@ use crate::host::call_io::{push_outcome, PoolHandle};
 use crate::host::future_api;
 use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_NOTIFIER};
-use crate::int_hash::IntMap;
 use crate::lua::{State, TNUMBER};
 use crate::notify::{Doorbell, DoorbellListener, Notifier, Subscriber};
 use crate::pool::{Pool, Posting};
+use crate::token_map::TokenMap;
 use crate::Error;
 
 pub struct NotifierHandle {
@@ -63,7 +62,7 @@ pub struct NotifierHandle {
     /// The eventfd doorbell `_pollfd` installed (owned by the notifier's queue).
     pollfd: Option<RawFd>,
     /// Calls submitted by `_submit` and not yet taken or dropped.
-    calls: IntMap<InFlight>,
+    calls: TokenMap<InFlight>,
     /// Finished call records, for reuse.
     cache: CallCache,
     /// Tokens of deferred calls, in order, until `_flush`.
@@ -119,7 +118,7 @@ impl NotifierHandle {
     /// or a dropped call's) is free now; a held call's token is free once it is taken or dropped.
     fn delivered(&mut self) {
         for &t in &self.tokens {
-            match self.calls.get_mut(&t) {
+            match self.calls.get_mut(t) {
                 Some(e) => e.drained = true,
                 None => self.free_tokens.push(t),
             }
@@ -129,7 +128,7 @@ impl NotifierHandle {
     /// A token from `_token()` that a subscription did not take (the future or batch had
     /// finished): it will never be queued, so it is free.
     pub fn unused_token(&mut self, token: u64) {
-        if !self.calls.contains_key(&token) {
+        if !self.calls.contains_key(token) {
             self.free_tokens.push(token);
         }
     }
@@ -159,7 +158,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             tokens: Vec::new(),
             listener: None,
             pollfd: None,
-            calls: HashMap::default(),
+            calls: TokenMap::default(),
             cache: CallCache::default(),
             outbox: Vec::new(),
             postings: Vec::new(),
@@ -373,12 +372,12 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
         return Ok(1);
     }
     let token = prepare(st, n, false)?;
-    let started = match n.calls.get_mut(&token) {
+    let started = match n.calls.get_mut(token) {
         Some(e) => start(&n.notifier, token, e).map(drop),
         None => Err(Error::Internal("a filed call vanished".into())),
     };
     if let Err(err) = started {
-        if let Some(e) = n.calls.remove(&token) {
+        if let Some(e) = n.calls.remove(token) {
             n.cache.put(e.call);
         }
         // refused before it was subscribed: its token is never queued
@@ -417,7 +416,7 @@ fn flush_impl(st: State) -> Result<c_int, Error> {
     let mut count = 0;
     for &token in &outbox {
         // dropped calls are gone from `calls`
-        if let Some(e) = n.calls.get_mut(&token) {
+        if let Some(e) = n.calls.get_mut(token) {
             count += 1;
             match start(&n.notifier, token, e) {
                 Ok(Some(posting)) => postings.push(posting),
@@ -454,7 +453,7 @@ fn take_impl(st: State) -> Result<c_int, Error> {
     let token = token_arg(st, 2)?;
     let entry = n
         .calls
-        .remove(&token)
+        .remove(token)
         .ok_or_else(|| Error::Internal(format!("no call with token {token}")))?;
     if !entry.call.is_done() {
         n.calls.insert(token, entry);
@@ -474,7 +473,7 @@ crate::lua_function!(pub fn done => done_impl);
 fn done_impl(st: State) -> Result<c_int, Error> {
     let n = handle(st)?;
     let token = token_arg(st, 2)?;
-    match n.calls.get(&token) {
+    match n.calls.get(token) {
         Some(e) => st.push_bool(e.call.is_done()),
         None => st.push_nil(),
     }
@@ -488,7 +487,7 @@ crate::lua_function!(pub fn drop_call => drop_impl);
 fn drop_impl(st: State) -> Result<c_int, Error> {
     let n = handle(st)?;
     let token = token_arg(st, 2)?;
-    if let Some(e) = n.calls.remove(&token) {
+    if let Some(e) = n.calls.remove(token) {
         n.forget(token, &e);
         if e.deferred {
             n.cache.put(e.call); // never submitted
