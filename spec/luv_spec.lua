@@ -303,6 +303,42 @@ describe("vmpool.luv", function()
     assert.are.equal(0, now.watchers)
   end)
 
+  it("gives up a call still waiting in the wake-up's batch: it never runs twice and the loop ends", function()
+    -- X's second call is made while the poll callback resumes coroutines, so it waits in the
+    -- batch; Y, resumed in the same callback, resumes X early, which gives that call up, then
+    -- makes its own. Each call runs at most once, Y gets its own result, and the loop ends.
+    local counting = vmpool.new { core = 1, max_noncore = 0 }
+    counting:compile("c", [[
+      local d = require("vmpool").shared("vmpool-spec-luv-batch")
+      function count(tag) return d:incr(tag, 1, 0) end
+      function echo(...) return ... end
+    ]])
+    local d = vmpool.shared("vmpool-spec-luv-batch")
+    for _ = 1, 20 do
+      d:flush_all()
+      local x, y_result, y_error
+      x = vluv.spawn(function()
+        counting:co_invoke("c", "echo", 1)
+        counting:co_invoke("c", "count", "x")
+      end)
+      vluv.spawn(function()
+        counting:co_invoke("c", "echo", 2)
+        if coroutine.status(x) == "suspended" then
+          assert.is_false(coroutine.resume(x))
+        end
+        local ok, r = pcall(counting.co_invoke, counting, "c", "count", "y")
+        if ok then y_result = r else y_error = r end
+      end)
+      run_loop()
+      assert.is_nil(y_error)
+      assert.are.equal(1, y_result)
+      assert.are.equal(1, d:get("y"))
+      assert.is_true((d:get("x") or 0) <= 1)
+    end
+    assert.are.equal(0, vluv.stats().in_flight)
+    counting:close()
+  end)
+
   it("never wakes a newer call with the completion of one a coroutine gave up", function()
     -- the given-up call's token comes back while newer calls wait; tokens are reused, but only
     -- once their completion is in, so each coroutine still gets exactly its own result

@@ -15,7 +15,8 @@
 //!
 //! A token is reused only once it can never come back: its completion was drained *and* its call
 //! taken or dropped (a request that stopped waiting leaves a completion behind, which must not
-//! wake a newer request). So tokens stay small and dense, and the adapters' tables of waiting
+//! wake a newer request), and not before the next `drain`/`wait` (the loop may still be going
+//! through the array the completion came in). So tokens stay small and dense, and the adapters' tables of waiting
 //! coroutines keyed by them stay arrays: LuaJIT's tables degrade badly under keys that keep
 //! growing (about 1 µs per insert and delete with 1,000 live keys, against 2 ns for reused
 //! ones: `bench/tables.lua`), which was most of the luv and cqueues adapters' cost per call on
@@ -73,6 +74,9 @@ pub struct NotifierHandle {
     next_token: u64,
     /// Tokens that can never come back (see the module docs), reused first.
     free_tokens: Vec<u64>,
+    /// Tokens of the last `drain`/`wait` that became free since: free for reuse at the next one,
+    /// not before (see `release`).
+    released: Vec<u64>,
     /// `sys::fork_generation()` when made with `_notifier(true)`; `None` otherwise.
     born: Option<u64>,
 }
@@ -116,13 +120,28 @@ impl NotifierHandle {
 
     /// The tokens just handed to Lua by `drain`/`wait`: a token with no call held (a future's,
     /// or a dropped call's) is free now; a held call's token is free once it is taken or dropped.
+    /// Either way it is reused only after the next `drain`/`wait` (`release`).
     fn delivered(&mut self) {
         for &t in &self.tokens {
             match self.calls.get_mut(t) {
                 Some(e) => e.drained = true,
-                None => self.free_tokens.push(t),
+                None => self.released.push(t),
             }
         }
+    }
+
+    /// A token that came back through `drain`/`wait` is free. Not for the next call yet: the
+    /// loop may still be going through the array that token came in, resuming one waiter after
+    /// another, and a call made by one of them under the same token would be woken by the old
+    /// completion's entry further on (vmpool.luv, when a coroutine resumed another one early).
+    /// The next `drain`/`wait` starts a new array: from then on the token is free.
+    fn release(&mut self, token: u64) {
+        self.released.push(token);
+    }
+
+    /// Before a `drain`/`wait` collects new tokens: the ones released since the last are free.
+    fn recycle(&mut self) {
+        self.free_tokens.append(&mut self.released);
     }
 
     /// A token from `_token()` that a subscription did not take (the future or batch had
@@ -133,11 +152,11 @@ impl NotifierHandle {
         }
     }
 
-    /// A call leaves the notifier (taken or dropped): its token is free if it was drained, or if
-    /// it can never be queued (a deferred call that was never submitted).
+    /// A call leaves the notifier (taken or dropped): its token is free if it was drained; if
+    /// not, once its completion is (see `delivered`).
     fn forget(&mut self, token: u64, e: &InFlight) {
-        if e.drained || e.deferred {
-            self.free_tokens.push(token);
+        if e.drained {
+            self.release(token);
         }
     }
 }
@@ -164,6 +183,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             postings: Vec::new(),
             next_token: 1,
             free_tokens: Vec::new(),
+            released: Vec::new(),
             born,
         },
         UV_NOTIFIER,
@@ -197,6 +217,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     } else {
         None
     };
+    h.recycle();
     let mut tokens = std::mem::take(&mut h.tokens);
     let mut waiting = crate::host::call_io::HostWait::new(st);
     let mut interrupted = false;
@@ -217,6 +238,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn drain => drain_impl);
 fn drain_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
+    h.recycle();
     let mut tokens = std::mem::take(&mut h.tokens);
     h.notifier.drain(&mut tokens);
     h.tokens = tokens;
@@ -490,7 +512,12 @@ fn drop_impl(st: State) -> Result<c_int, Error> {
     if let Some(e) = n.calls.remove(token) {
         n.forget(token, &e);
         if e.deferred {
-            n.cache.put(e.call); // never submitted
+            // never submitted: out of the outbox, and its token comes back at once, as every
+            // token of `_defer` and `_submit` does once (the adapters count their calls in
+            // flight by it: without it a luv loop would never end)
+            n.outbox.retain(|&t| t != token);
+            n.cache.put(e.call);
+            n.notifier.push(token);
         } else if !e.call.is_done() && !e.pool.cancel(&e.call) && e.call.phase() == RUNNING {
             e.call.interrupt.store(true, Ordering::Relaxed);
         }
