@@ -136,6 +136,43 @@ describe("vmpool.run", function()
     assert.matches("^vmpool: a coroutine in vmpool.run failed: .*spawned failure", err)
   end)
 
+  it("survives a waiting coroutine resumed by other code: each call runs once, every result is right", function()
+    -- Y resumes X while X waits for a call (before or after that call finished, depending on
+    -- timing): X's co_invoke then waits for its call itself, the driver never wakes anybody
+    -- with the old completion, and vmpool.run ends once every coroutine ended, including X
+    -- ending under Y's resume
+    local counting = vmpool.new { core = 1, max_noncore = 0 }
+    counting:compile("c", [[
+      local d = require("vmpool").shared("vmpool-spec-run-early")
+      function count(tag) return d:incr(tag, 1, 0) end
+      function echo(...) return ... end
+    ]])
+    local d = vmpool.shared("vmpool-spec-run-early")
+    for _ = 1, 20 do
+      d:flush_all()
+      local x, x_got, y_got
+      vmpool.run(function()
+        vmpool.spawn(function()
+          x = coroutine.running()
+          assert.are.equal(1, counting:co_invoke("c", "echo", 1))
+          x_got = counting:co_invoke("c", "count", "x")
+        end)
+        vmpool.spawn(function()
+          assert.are.equal(2, counting:co_invoke("c", "echo", 2))
+          if coroutine.status(x) == "suspended" then
+            assert(coroutine.resume(x))
+          end
+          y_got = counting:co_invoke("c", "count", "y")
+        end)
+      end)
+      assert.are.equal(1, y_got)
+      assert.are.equal(1, d:get("y"))
+      assert.are.equal(1, x_got)
+      assert.are.equal(1, d:get("x"))
+    end
+    counting:close()
+  end)
+
   it("spawn outside run and nested run are errors", function()
     local ok, err = pcall(vmpool.spawn, function() end)
     assert.is_false(ok)

@@ -6,6 +6,12 @@
 //! bottleneck. A call lives in the driver's slot table from `submit` to `result`, its record is
 //! reused afterwards, and tokens (slot numbers) are reused too, so the Lua side's table of
 //! waiting coroutines stays a small array.
+//!
+//! A token is reused only once it can never come back: its call was taken (`result`,
+//! `_unwatch`) *and* its completion handed to Lua by `wait`, and not before the next `wait` (the
+//! driver may still be going through the array it came in). A coroutine resumed early by user
+//! code takes its call before the completion arrives; reused at once, its token would wake
+//! whichever coroutine got it next.
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -23,11 +29,23 @@ use crate::Error;
 pub struct DriverHandle {
     notifier: Arc<Notifier>,
     /// Calls in flight by token (token = index + 1).
-    slots: Vec<Option<Arc<Call>>>,
+    slots: Vec<Slot>,
     free: Vec<u32>,
+    /// Slots free since the last `wait`, reusable after the next one.
+    released: Vec<u32>,
     cache: CallCache,
     /// Reused between waits.
     tokens: Vec<u64>,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// Until its coroutine takes it.
+    call: Option<Arc<Call>>,
+    /// Its token came back through `wait`.
+    delivered: bool,
+    /// Its call was taken (or given up) and no completion is due: free once `delivered`.
+    taken: bool,
 }
 
 impl Tagged for DriverHandle {
@@ -41,7 +59,7 @@ impl DriverHandle {
         let slot = match self.free.pop() {
             Some(i) => i as usize,
             None => {
-                self.slots.push(None);
+                self.slots.push(Slot::default());
                 self.slots.len() - 1
             }
         };
@@ -54,8 +72,44 @@ impl DriverHandle {
             // finished already: queue its token ourselves
             self.notifier.push(token);
         }
-        self.slots[slot] = Some(call);
+        self.slots[slot] = Slot {
+            call: Some(call),
+            delivered: false,
+            taken: false,
+        };
         token
+    }
+
+    /// The slot of a token from Lua.
+    fn slot_of(&self, st: State, idx: c_int, what: &str) -> Result<usize, Error> {
+        (st.type_of(idx) == TNUMBER)
+            .then(|| st.to_number(idx) as usize)
+            .filter(|&t| t >= 1 && t <= self.slots.len())
+            .map(|t| t - 1)
+            .ok_or_else(|| Error::Internal(format!("vmpool.run: unknown {what} token")))
+    }
+
+    /// Its call was taken: the slot is free once its token came back (now, or at the `wait`
+    /// that delivers it).
+    fn taken(&mut self, slot: usize) {
+        let s = &mut self.slots[slot];
+        s.taken = true;
+        if s.delivered {
+            self.released.push(slot as u32);
+        }
+    }
+
+    /// `wait` handed these tokens to Lua.
+    fn delivered(&mut self) {
+        for &t in &self.tokens {
+            let slot = t as usize - 1;
+            if let Some(s) = self.slots.get_mut(slot) {
+                s.delivered = true;
+                if s.taken {
+                    self.released.push(slot as u32);
+                }
+            }
+        }
     }
 }
 
@@ -71,6 +125,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
         notifier: Notifier::new(),
         slots: Vec::new(),
         free: Vec::new(),
+        released: Vec::new(),
         cache: CallCache::default(),
         tokens: Vec::new(),
     };
@@ -103,15 +158,12 @@ crate::lua_function!(pub fn result => result_impl);
 /// `driver:result(token)` -> the call's results (raises its error). Frees the token.
 fn result_impl(st: State) -> Result<c_int, Error> {
     let d = handle(st)?;
-    let slot = (st.type_of(2) == TNUMBER)
-        .then(|| st.to_number(2) as usize)
-        .filter(|&t| t >= 1 && t <= d.slots.len())
-        .map(|t| t - 1)
-        .ok_or_else(|| Error::Internal("vmpool.run: unknown call token".into()))?;
+    let slot = d.slot_of(st, 2, "call")?;
     let call = d.slots[slot]
+        .call
         .take()
         .ok_or_else(|| Error::Internal("vmpool.run: call token used twice".into()))?;
-    d.free.push(slot as u32);
+    d.taken(slot);
     if !call.is_done() {
         // resumed early (by user code): wait for it rather than hand out nothing
         crate::host::call_io::RESULT_WAIT.with(|spin| call.wait(None, spin));
@@ -143,18 +195,18 @@ crate::lua_function!(pub fn unwatch => unwatch_impl);
 /// its completion cannot wake whoever gets the token next.
 fn unwatch_impl(st: State) -> Result<c_int, Error> {
     let d = handle(st)?;
-    let slot = (st.type_of(2) == TNUMBER)
-        .then(|| st.to_number(2) as usize)
-        .filter(|&t| t >= 1 && t <= d.slots.len())
-        .map(|t| t - 1)
-        .ok_or_else(|| Error::Internal("vmpool.run: unknown watch token".into()))?;
-    if let Some(call) = d.slots[slot].take() {
+    let slot = d.slot_of(st, 2, "watch")?;
+    if let Some(call) = d.slots[slot].call.take() {
         if !call.is_done() && call.unsubscribe() {
-            // unsubscribed before it finished: no completion will come
-        } else if !call.is_done() {
+            // unsubscribed before it finished: no completion will come, the slot is free now
+            d.slots[slot].taken = true;
+            d.free.push(slot as u32);
+            return Ok(0);
+        }
+        if !call.is_done() {
             crate::host::call_io::RESULT_WAIT.with(|spin| call.wait(None, spin));
         }
-        d.free.push(slot as u32);
+        d.taken(slot);
     }
     Ok(0)
 }
@@ -172,6 +224,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     } else {
         None
     };
+    d.free.append(&mut d.released);
     // tokens a failed write left behind are handed out before sleeping again
     if d.tokens.is_empty() {
         // Ctrl-C raises out of `vmpool.run` (its calls go on in the pool and their records are
@@ -197,6 +250,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
         }
         0
     })?;
+    d.delivered();
     let n = d.tokens.len();
     d.tokens.clear();
     st.push_integer(n as i64);

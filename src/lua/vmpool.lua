@@ -122,11 +122,39 @@ local shared = {
   describe = describe, is_future = is_future, check_future = check_future, check_not_awaited = check_not_awaited,
 }
 
+-- A coroutine waiting for `token` was resumed by something other than the driver.
+function Driver:resumed_early(co, token)
+  if self.waiting[token] == co then
+    self.waiting[token] = nil
+  end
+  -- it may be in the woken list already: the driver then checks before it resumes it; and it
+  -- may end under that other code's resume, where the driver does not see it end
+  self.early = self.early + 1
+  self.strays[co] = true
+end
+
+-- Counts the coroutines resumed early that ended meanwhile (before the driver sleeps: it must
+-- not wait for coroutines that are gone).
+function Driver:collect_strays()
+  for co in pairs(self.strays) do
+    if coroutine_status(co) == "dead" then
+      self.strays[co] = nil
+      if driver_of[co] == self then
+        driver_of[co] = nil
+        self.live = self.live - 1
+      end
+    end
+  end
+end
+
 -- After resuming `co`, when it did not simply yield to wait for a call.
 function Driver:stepped(co, ok, first)
   if coroutine_status(co) == "dead" then
-    self.live = self.live - 1
-    driver_of[co] = nil
+    if driver_of[co] == self then
+      self.live = self.live - 1
+      driver_of[co] = nil
+    end
+    self.strays[co] = nil
     if not ok then
       local text = describe(first)
       local tb = debug and debug.traceback and debug.traceback(co, text) or text
@@ -159,7 +187,11 @@ function Pool:co_invoke(chunk, fn, ...)
     -- call's token comes back from native_wait
     local token = native_submit(d.native, self, chunk, fn, ...)
     d.waiting[token] = co
-    coroutine_yield(WAIT)
+    if coroutine_yield(WAIT) ~= token then
+      -- resumed by other code (or by the driver, for a call it waited for before): the call is
+      -- not known to be done, and native_result waits for it; its completion wakes nobody
+      d:resumed_early(co, token)
+    end
     return native_result(d.native, token)
   end
   if co and loops[1] and isyieldable() then
@@ -227,13 +259,35 @@ function M.run(fn, ...)
     spare = {}, -- the other round's list, reused
     waiting = {}, -- token -> coroutine waiting for that call
     tokens = {}, -- reused buffer for finished tokens
+    woken = {}, -- coroutines whose calls finished, to resume next
+    woken_tokens = {}, -- woken[i]'s call token, which its resume hands it
+    nwoken = 0,
+    early = 0, -- waiting coroutines that other code resumed (see resumed_early)
+    strays = {}, -- those of them that may have ended out of the driver's sight
     live = 0,
   }, Driver)
   local results
   local args = pack(...)
   d:spawn(function() results = pack(fn(unpack(args, 1, args.n))) end)
   while d.live > 0 do
-    local ready = d.ready
+    local ready, nwoken = d.ready, d.nwoken
+    if nwoken > 0 then
+      -- each resumed with its call's token, which tells co_invoke the driver's resume from
+      -- another one
+      local woken, woken_tokens = d.woken, d.woken_tokens
+      d.nwoken = 0
+      for i = 1, nwoken do
+        local co = woken[i]
+        woken[i] = nil
+        -- after a coroutine was resumed early, one in this list may have ended meanwhile
+        if d.early == 0 or coroutine_status(co) == "suspended" then
+          local ok, first = coroutine_resume(co, woken_tokens[i])
+          if not ok or first ~= WAIT then
+            d:stepped(co, ok, first)
+          end
+        end
+      end
+    end
     if ready[1] ~= nil then
       d.ready, d.spare = d.spare, ready
       for i = 1, #ready do
@@ -244,23 +298,29 @@ function M.run(fn, ...)
           d:stepped(co, ok, first)
         end
       end
-    else
+    elseif d.nwoken == 0 then
+      if d.early > 0 then
+        d:collect_strays()
+      end
+      -- the coroutines resumed above may all have ended
+      if d.live == 0 then
+        break
+      end
       local tokens = d.tokens
       local n = native_wait(d.native, tokens)
-      local waiting, queue = d.waiting, d.ready
+      local waiting, woken, woken_tokens = d.waiting, d.woken, d.woken_tokens
+      local k = 0
       for i = 1, n do
         local t = tokens[i]
+        -- (a token nobody waits for: its coroutine was resumed early and took its call itself)
         local waiter = waiting[t]
         if waiter then
           waiting[t] = nil
-          if coroutine_status(waiter) == "suspended" then
-            queue[#queue + 1] = waiter
-          else
-            -- its coroutine is gone (resumed by someone else and finished): drop the result
-            pcall(native_result, d.native, t)
-          end
+          k = k + 1
+          woken[k], woken_tokens[k] = waiter, t
         end
       end
+      d.nwoken = k
     end
   end
   return unpack(results, 1, results.n)
