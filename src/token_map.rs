@@ -59,10 +59,6 @@ impl<V> TokenMap<V> {
     pub fn len(&self) -> usize {
         self.len
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
 }
 
 #[cfg(test)]
@@ -72,7 +68,7 @@ mod tests {
     #[test]
     fn a_token_map_keeps_each_value_under_its_token_and_counts_them() {
         let mut m = TokenMap::default();
-        assert!(m.is_empty());
+        assert_eq!(m.len(), 0);
         assert_eq!(m.insert(3, "c"), None);
         assert_eq!(m.insert(1, "a"), None);
         assert_eq!(m.len(), 2);
