@@ -141,13 +141,7 @@ describe("vmpool.run", function()
     -- timing): X's co_invoke then waits for its call itself, the driver never wakes anybody
     -- with the old completion, and vmpool.run ends once every coroutine ended, including X
     -- ending under Y's resume
-    local counting = vmpool.new { core = 1, max_noncore = 0 }
-    counting:compile("c", [[
-      local d = require("vmpool").shared("vmpool-spec-run-early")
-      function count(tag) return d:incr(tag, 1, 0) end
-      function echo(...) return ... end
-    ]])
-    local d = vmpool.shared("vmpool-spec-run-early")
+    local counting, d = require("spec.support.counting")("vmpool-spec-run-early")
     for _ = 1, 20 do
       d:flush_all()
       local x, x_got, y_got

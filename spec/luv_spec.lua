@@ -307,13 +307,7 @@ describe("vmpool.luv", function()
     -- X's second call is made while the poll callback resumes coroutines, so it waits in the
     -- batch; Y, resumed in the same callback, resumes X early, which gives that call up, then
     -- makes its own. Each call runs at most once, Y gets its own result, and the loop ends.
-    local counting = vmpool.new { core = 1, max_noncore = 0 }
-    counting:compile("c", [[
-      local d = require("vmpool").shared("vmpool-spec-luv-batch")
-      function count(tag) return d:incr(tag, 1, 0) end
-      function echo(...) return ... end
-    ]])
-    local d = vmpool.shared("vmpool-spec-luv-batch")
+    local counting, d = require("spec.support.counting")("vmpool-spec-luv-batch")
     for _ = 1, 20 do
       d:flush_all()
       local x, y_result, y_error
