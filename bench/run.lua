@@ -7,9 +7,11 @@
 --   lua5.4 bench/run.lua micro       repeated micro benchmark         -> bench/out/micro.dat
 --   lua5.4 bench/run.lua workload    strategies x P x CPUs            -> bench/out/workload.dat
 --   lua5.4 bench/run.lua callgrind   instructions per call + profile  -> bench/out/callgrind.dat
---   lua5.4 bench/run.lua heavy       heavy work: speedup.lua on 1 and 2 CPUs, map.lua, ngx/heavy.lua
+--   lua5.4 bench/run.lua heavy       heavy work: speedup.lua (1 and 2 CPUs), map.lua, and
+--                                    ngx/heavy.lua, ngx/run.lua, ngx/instructions.lua
 --                                    (each writes its rounds with --out) -> bench/out/speedup.dat,
---                                    map.dat, ngx-heavy.dat (skipped there without nginx or wrk)
+--                                    map.dat, ngx-heavy.dat, ngx-trivial.dat, ngx-instructions.dat
+--                                    (skipped there without nginx or wrk, or valgrind)
 --   lua5.4 bench/run.lua report      all four (-> bench/out/report-*.dat), then bench/report.lua
 --                                    writes bench/REPORT.md
 --   lua5.4 bench/run.lua compare A B two builds interleaved, median ratios (see bench/compare)
@@ -660,11 +662,12 @@ local function suite_map()
   return result
 end
 
---- bench/ngx/heavy.lua through bench/ngx/run.sh (LuaJIT, nginx, wrk): heavy requests with a light
---- probe, four variants; recorded as skipped when nginx, wrk or luajit is missing
-local function suite_ngx_heavy()
+--- A script of bench/ngx/ through bench/ngx/run.sh (LuaJIT, nginx, wrk, and `needs`), its results
+--- saved as `name`; recorded as skipped when a tool is missing. `rounds_env`: the script takes its
+--- rounds from ROUNDS (BENCH_REPS sets it).
+local function suite_ngx(name, script, needs, rounds_env)
   local missing = {}
-  for _, cmd in ipairs { "nginx", "wrk", "luajit" } do
+  for _, cmd in ipairs { "nginx", "wrk", "luajit", table.unpack(needs) } do
     if not os.execute("command -v " .. cmd .. " >/dev/null 2>&1") then missing[#missing + 1] = cmd end
   end
   local result
@@ -674,23 +677,28 @@ local function suite_ngx_heavy()
     -- bench/run.sh has just built the LuaJIT rock; without it, bench/ngx/run.sh builds it
     local envs = {}
     if io.open("lua_modules/luajit/lib/lua/5.1/vmpool.so") then envs[#envs + 1] = "SKIP_BUILD=1" end
-    if EXPLICIT_REPS then envs[#envs + 1] = "ROUNDS=" .. EXPLICIT_REPS end
+    if rounds_env and EXPLICIT_REPS then envs[#envs + 1] = "ROUNDS=" .. EXPLICIT_REPS end
     local shown = shown_vars(envs) .. " " .. (NICE ~= 0 and ("nice -n " .. NICE .. " ") or "") ..
-      "bench/ngx/run.sh bench/ngx/heavy.lua"
-    local res, err = run_with_out("ngx-heavy", { argv = { "bench/ngx/run.sh", "bench/ngx/heavy.lua" }, env = envs },
+      "bench/ngx/run.sh " .. script
+    local res, err = run_with_out(name, { argv = { "bench/ngx/run.sh", script }, env = envs },
       (shown:gsub("^ ", "")))
     result = res or { failed = err }
   end
-  progress("[ngx heavy] %s", result.skipped and ("skipped: " .. result.skipped) or
+  progress("[%s] %s", name, result.skipped and ("skipped: " .. result.skipped) or
     result.failed and ("FAILED " .. result.failed) or "ok")
-  save("ngx-heavy", result)
+  save(name, result)
   return result
 end
 
 local function suite_heavy()
   suite_speedup()
   suite_map()
-  suite_ngx_heavy()
+  -- heavy requests with a light probe, four variants
+  suite_ngx("ngx-heavy", "bench/ngx/heavy.lua", {}, true)
+  -- the trivial endpoint against run_worker_thread and inline, and the event loop's instructions
+  -- per request under callgrind
+  suite_ngx("ngx-trivial", "bench/ngx/run.lua", {}, true)
+  suite_ngx("ngx-instructions", "bench/ngx/instructions.lua", { "valgrind" }, false)
 end
 
 --- compare ----------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ case "$what" in
     ;;
   heavy)
     # only the rocks: the heavy-work scripts use neither the count-alloc trees nor the ping-pong
-    scripts/install-deps.sh util-linux
+    scripts/install-deps.sh valgrind util-linux
     scripts/rock.sh lua5.4
     scripts/rock.sh luajit
     exec lua5.4 bench/run.lua heavy

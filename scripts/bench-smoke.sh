@@ -34,6 +34,11 @@ if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then
     { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
   rm -f /tmp/vmpool-bench-smoke.$$
   if command -v wrk >/dev/null 2>&1; then
+    echo "== bench smoke (luajit, nginx): bench/ngx/run.lua"
+    SKIP_BUILD=1 ROUNDS=1 DURATION=1 WARMUP=1 bench/ngx/run.sh bench/ngx/run.lua --out=/tmp/vmpool-bench-smoke.$$.dat \
+      > /tmp/vmpool-bench-smoke.$$ 2>&1 && grep -q "run_worker_thread" /tmp/vmpool-bench-smoke.$$.dat ||
+      { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$ /tmp/vmpool-bench-smoke.$$.dat; exit 1; }
+    rm -f /tmp/vmpool-bench-smoke.$$ /tmp/vmpool-bench-smoke.$$.dat
     echo "== bench smoke (luajit, nginx): bench/ngx/heavy.lua"
     SKIP_BUILD=1 bench/ngx/run.sh bench/ngx/heavy.lua > /tmp/vmpool-bench-smoke.$$ 2>&1 ||
       { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
@@ -42,9 +47,10 @@ if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then
   # valgrind is not a dependency of the tests (scripts/install-deps.sh lists it as an extra)
   if command -v wrk >/dev/null 2>&1 && command -v valgrind >/dev/null 2>&1; then
     echo "== bench smoke (luajit, nginx, valgrind): bench/ngx/instructions.lua"
-    SKIP_BUILD=1 ENDPOINTS=vmpool bench/ngx/run.sh bench/ngx/instructions.lua > /tmp/vmpool-bench-smoke.$$ 2>&1 ||
-      { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
-    rm -f /tmp/vmpool-bench-smoke.$$
+    SKIP_BUILD=1 ENDPOINTS=vmpool bench/ngx/run.sh bench/ngx/instructions.lua --out=/tmp/vmpool-bench-smoke.$$.dat \
+      > /tmp/vmpool-bench-smoke.$$ 2>&1 && grep -q "loop = " /tmp/vmpool-bench-smoke.$$.dat ||
+      { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$ /tmp/vmpool-bench-smoke.$$.dat; exit 1; }
+    rm -f /tmp/vmpool-bench-smoke.$$ /tmp/vmpool-bench-smoke.$$.dat
   fi
 fi
 echo "bench smoke: every benchmark script ran"

@@ -11,8 +11,12 @@
 -- copied there as <endpoint>.<part>-<thread>, for callgrind_annotate).
 -- Run with `bench/ngx/run.sh bench/ngx/instructions.lua` (builds the LuaJIT rock; needs valgrind).
 package.path = "bench/lib/?.lua;" .. package.path
+package.path = "bench/lib/?.lua;" .. package.path
+local B = require "benchlib"
 local H = require "spec.ngx.nginx"
 local S = require "bench.ngx.server"
+-- --out=FILE: the counts also go to FILE as a Lua literal (what bench/run.lua's report suite reads)
+local OUT = B.options(arg or {}).out
 
 local QUICK = os.getenv("BENCH_QUICK") == "1"
 local DURATION = tonumber(os.getenv("DURATION") or (QUICK and 2 or 8))
@@ -96,14 +100,22 @@ print(("nginx as one process under callgrind; wrk -t1 -c%d -d%ds after a warm-up
 print("")
 print("| endpoint | requests | event loop instructions per request | other threads' per request |")
 print("|---|--:|--:|--:|")
-local loop = {}
+local loop, rows = {}, {}
 for _, e in ipairs(ENDPOINTS) do
   local r = measure(e)
-  loop[e] = r.loop
+  loop[e], rows[e] = r.loop, r
   print(("| /%s | %d | %.0f | %.0f |%s"):format(e, r.requests, r.loop, r.others, r.errors and (" " .. r.errors) or ""))
 end
 if loop.vmpool then
   print("")
   print(("/vmpool: %.0f event-loop instructions per request (goal <= 16,000)%s"):format(loop.vmpool,
     loop.run_worker_thread and ("; /run_worker_thread %.0f"):format(loop.run_worker_thread) or ""))
+end
+if OUT then
+  local f = assert(io.open(OUT, "w"))
+  f:write("return ", B.literal {
+    date = os.date("!%Y-%m-%d %H:%M UTC"), duration_s = DURATION, connections = CONNECTIONS, core = CORE,
+    threads = THREADS, endpoints = ENDPOINTS, runs = rows,
+  }, "\n")
+  f:close()
 end

@@ -8,8 +8,13 @@
 --   vmpool.ngx.configure{batch = false})
 -- Besides wrk's req/s and p99 latency it reads the CPU time each thread of the nginx worker used
 -- (/proc/<pid>/task/*/stat): the event loop thread, vmpool's threads, nginx's thread pool.
+-- --out=FILE also writes every round's req/s and p99 per endpoint, the settings and the load
+-- average to FILE as a Lua literal (`return {...}`, what bench/run.lua's report suite reads).
+package.path = "bench/lib/?.lua;" .. package.path
+local B = require "benchlib"
 local H = require "spec.ngx.nginx"
 local S = require "bench.ngx.server"
+local OUT = B.options(arg or {}).out
 
 local ROUNDS = tonumber(os.getenv("ROUNDS") or 3)
 local DURATION = tonumber(os.getenv("DURATION") or 10)
@@ -194,6 +199,21 @@ local ok, err = pcall(function()
   end
   say("vmpool.ngx: %s waits, %.1f completions per wake-up of the light thread, %.1f calls per flush",
     s["ngx.waits"], per("ngx.completions", "ngx.wakeups"), per("ngx.waits", "ngx.flushes"))
+  if OUT then
+    local rows = {}
+    for e, rs in pairs(runs) do
+      rows[e] = { rps = {}, p99 = {} }
+      for round, r in ipairs(rs) do
+        rows[e].rps[round], rows[e].p99[round] = r.rps, r.p99
+      end
+    end
+    local f = assert(io.open(OUT, "w"))
+    f:write("return ", B.literal {
+      date = os.date("!%Y-%m-%d %H:%M UTC"), rounds = ROUNDS, duration_s = DURATION, connections = CONNECTIONS,
+      core = CORE, threads = THREADS, endpoints = ENDPOINTS, runs = rows, loadavg_after = loadavg(),
+    }, "\n")
+    f:close()
+  end
 end)
 nginx:stop()
 if not ok then

@@ -7,4 +7,9 @@ return {
   ngx_ping_p99_ms = 2, ngx_ping_p99_vs_rwt = 0.5, ngx_rps_vs_rwt = 1.05, ngx_rps_vs_inline2 = 0.95,
   -- issue 14, pool:map (bench/map.lua): trivial items/s on 2 CPUs, Lua 5.4; heavy-item scaling
   map_items_per_s = 2000000, map_efficiency = 0.95,
+  -- issue 14, the trivial endpoint (bench/ngx/run.lua, bench/ngx/instructions.lua): req/s against
+  -- run_worker_thread, and the event loop's instructions per /vmpool request
+  ngx_trivial_vs_rwt = 1.25, ngx_loop_ir = 16000,
+  -- issue 14, futures: calls/s with 1,000 futures in flight through submit/wait, Lua 5.4
+  futures_per_s = 500000,
 }

@@ -10,6 +10,7 @@ local D = require "report.doc"
 local F = require "report.format"
 local R = require "report.results"
 local TARGETS = require "report.goals"
+local trivial = require "report.ngx_trivial"
 
 local w, table_md, write_file = D.w, D.table_md, D.write_file
 local num, t, mmm = F.num, F.t, F.mmm
@@ -311,6 +312,7 @@ local function goal_rows()
   local rows = {}
   for _, r in ipairs(ngx_goals(R.ngx_heavy)) do rows[#rows + 1] = r end
   for _, r in ipairs(map_goals(R.map)) do rows[#rows + 1] = r end
+  for _, r in ipairs(trivial.goal_rows()) do rows[#rows + 1] = r end
   return rows
 end
 
@@ -352,6 +354,7 @@ local function analysis()
       num(f.eff.median, 3), num(f.cpu2.median, 2), num(per_cpu, 2)))
     w("")
   end
+  trivial.analysis()
 end
 
 --- Writes the section; `charts` also writes charts/heavy-ngx-*.svg, speedup.svg and map.svg.
@@ -359,6 +362,7 @@ local function section(charts)
   ngx_section(charts)
   speedup_section(charts)
   map_section(charts)
+  trivial.section()
 end
 
 return { section = section, goal_rows = goal_rows, analysis = analysis }

@@ -18,13 +18,15 @@ end
 
 --- Reads the results saved with file name prefix `prefix` ("report-" for `bench/run.sh report`,
 --- "" for the suites run on their own); sets M.micro, M.wl, M.cg, M.machine and the heavy-work
---- results M.speedup, M.map and M.ngx_heavy (report/heavy.lua reads those).
+--- results M.speedup, M.map, M.ngx_heavy (report/heavy.lua reads those), M.ngx_trivial and
+--- M.ngx_instructions (report/ngx_trivial.lua).
 function M.load(prefix)
   micro, wl, cg = load_saved("micro", prefix), load_saved("workload", prefix), load_saved("callgrind", prefix)
   M.micro, M.wl, M.cg = micro, wl, cg
   M.machine = load_saved("machine", prefix)
   M.speedup, M.map, M.ngx_heavy = load_saved("speedup", prefix), load_saved("map", prefix),
     load_saved("ngx-heavy", prefix)
+  M.ngx_trivial, M.ngx_instructions = load_saved("ngx-trivial", prefix), load_saved("ngx-instructions", prefix)
 end
 
 local RUNTIME_LABEL = { ["lua5.1"] = "Lua 5.1", ["lua5.4"] = "Lua 5.4", ["luajit"] = "LuaJIT" }

@@ -47,6 +47,20 @@ local function round_trip_rows(row, micro)
       rp and (rp.median <= TARGETS.invoke_vs_channel and "**met**" or "**not met**") or "–"), "micro")
 end
 
+--- the futures path: calls/s with 1,000 futures in flight (submit/wait), from the micro benchmark's
+--- µs per call on Lua 5.4 and 2 CPUs (calls/s = 1e6 / µs, per run)
+local function futures_row(row, micro)
+  local xs = {}
+  for _, r in ipairs(micro.runs["lua5.4:2"] or {}) do
+    local f = r.figures and r.figures.submit
+    if f and f.us > 0 then xs[#xs + 1] = 1e6 / f.us end
+  end
+  local s = B.summary(xs)
+  row("calls/s with 1,000 futures in flight (`submit`/`wait`), Lua 5.4, 2 CPUs", "≥ " .. num(TARGETS.futures_per_s, 0),
+    s and mmm(s, function(n) return num(n, 0) end) or "not measured",
+    s and s.median >= TARGETS.futures_per_s, "micro")
+end
+
 --- calls/s with 4000 in flight and the RSS of core = 1000 (workload)
 local function workload_rows(row)
   local best = best_of(POOLED, 4000, 2)
@@ -106,6 +120,7 @@ local function section()
     rows[#rows + 1] = { what, target, measured, mark, how or "" }
   end
   round_trip_rows(row, micro)
+  if micro then futures_row(row, micro) end
   if wl then workload_rows(row) end
   if micro then native_bytes_row(row, micro) end
   if cg then instruction_rows(row) end
