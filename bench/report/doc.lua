@@ -23,9 +23,25 @@ local function write_file(path, text)
   f:close()
 end
 
+--- Says why a suite's result is missing (not run, skipped, failed); true when it is. `rerun`: the
+--- command that runs it alone.
+local function unavailable(res, rerun)
+  if not res then
+    w("*Not run in this report (`make report` runs it); on its own: `", rerun, "`.*")
+  elseif res.skipped then
+    w("**Skipped: ", res.skipped, "**, so this run has no figures here.")
+  elseif res.failed then
+    w("**Failed:** ", res.failed)
+  else
+    return false
+  end
+  w("")
+  return true
+end
+
 --- the document so far, one string
 local function text() return table.concat(lines, "\n") .. "\n" end
 
-M.w, M.table_md, M.write_file, M.text = w, table_md, write_file, text
+M.w, M.table_md, M.write_file, M.text, M.unavailable = w, table_md, write_file, text, unavailable
 
 return M

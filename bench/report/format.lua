@@ -1,5 +1,7 @@
 -- Number formatting for the report, and the two comparisons its prose is built on (`cmp`,
 -- `clearly_below`): one place decides what "faster" and "clear" mean for every section.
+local B = require "benchlib"
+
 local M = {}
 
 local function num(v, digits)
@@ -64,7 +66,20 @@ local function clearly_below(a, b)
   return a and b and a.median < 0.95 * b.median and a.max < b.min
 end
 
+--- ratios with two decimals (goals such as 1.05× and 0.95× need them)
+local function x2(r) return type(r) == "number" and string.format("%.2f×", r) or "–" end
+
+--- summary of the per-round ratios a[i] / b[i] (rounds paired by index); nil without both
+local function paired(a, b)
+  if not a or not b then return nil end
+  local xs = {}
+  for i = 1, math.min(#a, #b) do
+    if type(a[i]) == "number" and type(b[i]) == "number" and b[i] > 0 then xs[#xs + 1] = a[i] / b[i] end
+  end
+  return B.summary(xs)
+end
+
 M.num, M.t, M.mmm, M.ratio, M.x, M.pct, M.mb = num, t, mmm, ratio, x, pct, mb
-M.cmp, M.clearly_below = cmp, clearly_below
+M.cmp, M.clearly_below, M.x2, M.paired = cmp, clearly_below, x2, paired
 
 return M

@@ -12,21 +12,8 @@ local R = require "report.results"
 local TARGETS = require "report.goals"
 local trivial = require "report.ngx_trivial"
 
-local w, table_md, write_file = D.w, D.table_md, D.write_file
-local num, t, mmm = F.num, F.t, F.mmm
-
---- ratios with two decimals: the goals (1.05×, 0.95×) need them
-local function x2(r) return type(r) == "number" and string.format("%.2f×", r) or "–" end
-
---- summary of the per-round ratios a[i] / b[i] (rounds paired by index)
-local function paired(a, b)
-  if not a or not b then return nil end
-  local xs = {}
-  for i = 1, math.min(#a, #b) do
-    if type(a[i]) == "number" and type(b[i]) == "number" and b[i] > 0 then xs[#xs + 1] = a[i] / b[i] end
-  end
-  return B.summary(xs)
-end
+local w, table_md, write_file, unavailable = D.w, D.table_md, D.write_file, D.unavailable
+local num, t, mmm, x2, paired = F.num, F.t, F.mmm, F.x2, F.paired
 
 --- "**met**", or "**not met**" with how far the median is from the goal; "–" when not measured.
 --- `at_least`: the goal is a lower bound.
@@ -37,21 +24,6 @@ local function verdict(s, goal, at_least)
   if at_least then return string.format("**not met** (%.0f%% short)", (1 - m / goal) * 100) end
   if m >= 2 * goal then return string.format("**not met** (%.1f× the limit)", m / goal) end
   return string.format("**not met** (%.0f%% over)", (m / goal - 1) * 100)
-end
-
---- Says why a result is missing (not run, skipped, failed); true when it is.
-local function unavailable(res, rerun)
-  if not res then
-    w("*Not run in this report (`make report` runs it); on its own: `", rerun, "`.*")
-  elseif res.skipped then
-    w("**Skipped: ", res.skipped, "**, so this run has no figures here.")
-  elseif res.failed then
-    w("**Failed:** ", res.failed)
-  else
-    return false
-  end
-  w("")
-  return true
 end
 
 local function quick_note(res)

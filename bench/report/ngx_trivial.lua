@@ -9,20 +9,8 @@ local F = require "report.format"
 local R = require "report.results"
 local TARGETS = require "report.goals"
 
-local w, table_md = D.w, D.table_md
-local num, mmm = F.num, F.mmm
-
-local function x2(r) return type(r) == "number" and string.format("%.2f×", r) or "–" end
-
---- summary of the per-round ratios a[i] / b[i]
-local function paired(a, b)
-  if not a or not b then return nil end
-  local xs = {}
-  for i = 1, math.min(#a, #b) do
-    if type(a[i]) == "number" and type(b[i]) == "number" and b[i] > 0 then xs[#xs + 1] = a[i] / b[i] end
-  end
-  return B.summary(xs)
-end
+local w, table_md, unavailable = D.w, D.table_md, D.unavailable
+local num, mmm, x2, paired = F.num, F.mmm, F.x2, F.paired
 
 local function usable(res)
   return res and not res.skipped and not res.failed and res.runs
@@ -54,20 +42,6 @@ local function goals()
     { "OpenResty: event-loop instructions per trivial /vmpool request", "≤ " .. num(TARGETS.ngx_loop_ir, 0),
       ir and num(ir, 0) or "not measured", ir_verdict },
   }
-end
-
-local function unavailable(res, rerun)
-  if not res then
-    w("*Not run in this report (`make report` runs it); on its own: `", rerun, "`.*")
-  elseif res.skipped then
-    w("**Skipped: ", res.skipped, "**, so this run has no figures here.")
-  elseif res.failed then
-    w("**Failed:** ", res.failed)
-  else
-    return false
-  end
-  w("")
-  return true
 end
 
 local ENDPOINTS = {
