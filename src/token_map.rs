@@ -1,8 +1,51 @@
-//! Values keyed by call tokens. A notifier hands its tokens out small and dense (a token is
-//! reused once it can never come back, `host::notifier_api`), so a vector indexed by the token
-//! serves them: an insert and a removal are one store each, where the hash map they replaced
-//! cost about 140 instructions per call together (callgrind, `bench/ngx/instructions.lua`).
-//! The vector grows to the largest token in use, which is the most calls ever in flight at once.
+//! Call tokens: how the notifier (`host::notifier_api`) and `vmpool.run`'s driver
+//! (`host::driver_api`) hand them out and take them back ([`TokenSupply`]), and values keyed by
+//! them ([`TokenMap`]).
+//!
+//! Tokens are small and dense: a token is reused once it can never come back, so a vector
+//! indexed by the token serves the values keyed by it. An insert and a removal are one store
+//! each, where the hash map they replaced cost about 140 instructions per call together
+//! (callgrind, `bench/ngx/instructions.lua`). The vector grows to the largest token in use, which
+//! is the most calls ever in flight at once.
+
+/// Tokens from 1 up, the freed ones first. A token that came back in the array of a
+/// `drain`/`wait` and was then freed is reused only from the next `drain`/`wait` on (`release`,
+/// then `recycle`): the loop may still be going through that array, resuming one waiter after
+/// another, and a call made by one of them under the same token would be woken by the old
+/// completion's entry further on.
+#[derive(Default)]
+pub struct TokenSupply {
+    /// The last token ever handed out (0: none yet).
+    last: u64,
+    free: Vec<u64>,
+    /// Freed since the last `recycle`.
+    released: Vec<u64>,
+}
+
+impl TokenSupply {
+    /// A token nobody holds.
+    pub fn take(&mut self) -> u64 {
+        self.free.pop().unwrap_or_else(|| {
+            self.last += 1;
+            self.last
+        })
+    }
+
+    /// A token that was never queued: free at once.
+    pub fn free_now(&mut self, token: u64) {
+        self.free.push(token);
+    }
+
+    /// A token that came back through the queue and is done with: free from the next `recycle`.
+    pub fn release(&mut self, token: u64) {
+        self.released.push(token);
+    }
+
+    /// Before a `drain`/`wait` collects new tokens: the ones released since the last are free.
+    pub fn recycle(&mut self) {
+        self.free.append(&mut self.released);
+    }
+}
 
 pub struct TokenMap<V> {
     slots: Vec<Option<V>>,
@@ -63,7 +106,20 @@ impl<V> TokenMap<V> {
 
 #[cfg(test)]
 mod tests {
-    use super::TokenMap;
+    use super::{TokenMap, TokenSupply};
+
+    #[test]
+    fn a_released_token_is_reused_only_after_the_next_recycle() {
+        let mut s = TokenSupply::default();
+        assert_eq!((s.take(), s.take(), s.take()), (1, 2, 3));
+        s.release(2);
+        assert_eq!(s.take(), 4, "released, not free yet");
+        s.free_now(4);
+        assert_eq!(s.take(), 4, "never queued: free at once");
+        s.recycle();
+        assert_eq!(s.take(), 2);
+        assert_eq!(s.take(), 5);
+    }
 
     #[test]
     fn a_token_map_keeps_each_value_under_its_token_and_counts_them() {

@@ -8,10 +8,9 @@
 //! waiting coroutines stays a small array.
 //!
 //! A token is reused only once it can never come back: its call was taken (`result`,
-//! `_unwatch`) *and* its completion handed to Lua by `wait`, and not before the next `wait` (the
-//! driver may still be going through the array it came in). A coroutine resumed early by user
-//! code takes its call before the completion arrives; reused at once, its token would wake
-//! whichever coroutine got it next.
+//! `_unwatch`) *and* its completion handed to Lua by `wait`, and not before the next `wait`
+//! (`TokenSupply`). A coroutine resumed early by user code takes its call before the completion
+//! arrives; reused at once, its token would wake whichever coroutine got it next.
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -24,15 +23,14 @@ use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged, UV_DRIVER};
 use crate::lua::{State, TNUMBER, TTABLE};
 use crate::notify::{Notifier, Subscriber};
+use crate::token_map::TokenSupply;
 use crate::Error;
 
 pub struct DriverHandle {
     notifier: Arc<Notifier>,
     /// Calls in flight by token (token = index + 1).
     slots: Vec<Slot>,
-    free: Vec<u32>,
-    /// Slots free since the last `wait`, reusable after the next one.
-    released: Vec<u32>,
+    supply: TokenSupply,
     cache: CallCache,
     /// Reused between waits.
     tokens: Vec<u64>,
@@ -56,14 +54,11 @@ impl DriverHandle {
     /// Gives `call` a token (a free slot, or a new one) and subscribes it, so that the token
     /// comes back from `driver:wait` when the call finishes (at once if it already has).
     fn watch(&mut self, call: Arc<Call>) -> u64 {
-        let slot = match self.free.pop() {
-            Some(i) => i as usize,
-            None => {
-                self.slots.push(Slot::default());
-                self.slots.len() - 1
-            }
-        };
-        let token = slot as u64 + 1;
+        let token = self.supply.take();
+        let slot = token as usize - 1;
+        if slot == self.slots.len() {
+            self.slots.push(Slot::default());
+        }
         let subscriber = Subscriber::Queue {
             notifier: self.notifier.clone(),
             token,
@@ -95,18 +90,17 @@ impl DriverHandle {
         let s = &mut self.slots[slot];
         s.taken = true;
         if s.delivered {
-            self.released.push(slot as u32);
+            self.supply.release(slot as u64 + 1);
         }
     }
 
     /// `wait` handed these tokens to Lua.
     fn delivered(&mut self) {
         for &t in &self.tokens {
-            let slot = t as usize - 1;
-            if let Some(s) = self.slots.get_mut(slot) {
+            if let Some(s) = self.slots.get_mut(t as usize - 1) {
                 s.delivered = true;
                 if s.taken {
-                    self.released.push(slot as u32);
+                    self.supply.release(t);
                 }
             }
         }
@@ -124,8 +118,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
     let h = DriverHandle {
         notifier: Notifier::new(),
         slots: Vec::new(),
-        free: Vec::new(),
-        released: Vec::new(),
+        supply: TokenSupply::default(),
         cache: CallCache::default(),
         tokens: Vec::new(),
     };
@@ -200,7 +193,7 @@ fn unwatch_impl(st: State) -> Result<c_int, Error> {
         if !call.is_done() && call.unsubscribe() {
             // unsubscribed before it finished: no completion will come, the slot is free now
             d.slots[slot].taken = true;
-            d.free.push(slot as u32);
+            d.supply.free_now(slot as u64 + 1);
             return Ok(0);
         }
         if !call.is_done() {
@@ -224,7 +217,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     } else {
         None
     };
-    d.free.append(&mut d.released);
+    d.supply.recycle();
     // tokens a failed write left behind are handed out before sleeping again
     if d.tokens.is_empty() {
         // Ctrl-C raises out of `vmpool.run` (its calls go on in the pool and their records are

@@ -51,7 +51,7 @@ use crate::host::userdata::{self, UV_NOTIFIER};
 use crate::lua::{State, TNUMBER};
 use crate::notify::{Doorbell, DoorbellListener, Notifier, Subscriber};
 use crate::pool::{Pool, Posting};
-use crate::token_map::TokenMap;
+use crate::token_map::{TokenMap, TokenSupply};
 use crate::Error;
 
 pub struct NotifierHandle {
@@ -70,13 +70,8 @@ pub struct NotifierHandle {
     outbox: Vec<u64>,
     /// Reused by `_flush`.
     postings: Vec<Posting>,
-    /// The next token never handed out.
-    next_token: u64,
-    /// Tokens that can never come back (see the module docs), reused first.
-    free_tokens: Vec<u64>,
-    /// Tokens of the last `drain`/`wait` that became free since: free for reuse at the next one,
-    /// not before (see `release`).
-    released: Vec<u64>,
+    /// Its tokens: reused once they can never come back (see the module docs).
+    supply: TokenSupply,
     /// `sys::fork_generation()` when made with `_notifier(true)`; `None` otherwise.
     born: Option<u64>,
 }
@@ -109,46 +104,23 @@ struct InFlight {
 }
 
 impl NotifierHandle {
-    fn token(&mut self) -> u64 {
-        if let Some(t) = self.free_tokens.pop() {
-            return t;
-        }
-        let t = self.next_token;
-        self.next_token += 1;
-        t
-    }
-
     /// The tokens just handed to Lua by `drain`/`wait`: a token with no call held (a future's,
     /// or a dropped call's) is free now; a held call's token is free once it is taken or dropped.
-    /// Either way it is reused only after the next `drain`/`wait` (`release`).
+    /// Either way it is reused only after the next `drain`/`wait` (`TokenSupply::release`).
     fn delivered(&mut self) {
         for &t in &self.tokens {
             match self.calls.get_mut(t) {
                 Some(e) => e.drained = true,
-                None => self.released.push(t),
+                None => self.supply.release(t),
             }
         }
-    }
-
-    /// A token that came back through `drain`/`wait` is free. Not for the next call yet: the
-    /// loop may still be going through the array that token came in, resuming one waiter after
-    /// another, and a call made by one of them under the same token would be woken by the old
-    /// completion's entry further on (vmpool.luv, when a coroutine resumed another one early).
-    /// The next `drain`/`wait` starts a new array: from then on the token is free.
-    fn release(&mut self, token: u64) {
-        self.released.push(token);
-    }
-
-    /// Before a `drain`/`wait` collects new tokens: the ones released since the last are free.
-    fn recycle(&mut self) {
-        self.free_tokens.append(&mut self.released);
     }
 
     /// A token from `_token()` that a subscription did not take (the future or batch had
     /// finished): it will never be queued, so it is free.
     pub fn unused_token(&mut self, token: u64) {
         if !self.calls.contains_key(token) {
-            self.free_tokens.push(token);
+            self.supply.free_now(token);
         }
     }
 
@@ -156,7 +128,7 @@ impl NotifierHandle {
     /// not, once its completion is (see `delivered`).
     fn forget(&mut self, token: u64, e: &InFlight) {
         if e.drained {
-            self.release(token);
+            self.supply.release(token);
         }
     }
 }
@@ -181,9 +153,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             cache: CallCache::default(),
             outbox: Vec::new(),
             postings: Vec::new(),
-            next_token: 1,
-            free_tokens: Vec::new(),
-            released: Vec::new(),
+            supply: TokenSupply::default(),
             born,
         },
         UV_NOTIFIER,
@@ -217,7 +187,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     } else {
         None
     };
-    h.recycle();
+    h.supply.recycle();
     let mut tokens = std::mem::take(&mut h.tokens);
     let mut waiting = crate::host::call_io::HostWait::new(st);
     let mut interrupted = false;
@@ -238,7 +208,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn drain => drain_impl);
 fn drain_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
-    h.recycle();
+    h.supply.recycle();
     let mut tokens = std::mem::take(&mut h.tokens);
     h.notifier.drain(&mut tokens);
     h.tokens = tokens;
@@ -340,7 +310,7 @@ fn pending_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn next_token => next_token_impl);
 /// `notifier:_token()`: a token for `fut:_subscribe` that no `notifier:_submit` call will use.
 fn next_token_impl(st: State) -> Result<c_int, Error> {
-    let t = handle(st)?.token();
+    let t = handle(st)?.supply.take();
     st.push_number(t as f64);
     Ok(1)
 }
@@ -354,7 +324,7 @@ fn prepare(st: State, n: &mut NotifierHandle, deferred: bool) -> Result<u64, Err
         })?;
     let call = pool.prepare_with(st, 3, "co_invoke", Some(&mut n.cache))?;
     st.set_top(0);
-    let token = n.token();
+    let token = n.supply.take();
     n.calls.insert(
         token,
         InFlight {
@@ -403,7 +373,7 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
             n.cache.put(e.call);
         }
         // refused before it was subscribed: its token is never queued
-        n.free_tokens.push(token);
+        n.supply.free_now(token);
         return Err(err);
     }
     st.push_number(token as f64);

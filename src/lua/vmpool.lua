@@ -298,7 +298,7 @@ function M.run(fn, ...)
           d:stepped(co, ok, first)
         end
       end
-    elseif d.nwoken == 0 then
+    else
       if d.early > 0 then
         d:collect_strays()
       end
