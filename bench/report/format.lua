@@ -79,7 +79,18 @@ local function paired(a, b)
   return B.summary(xs)
 end
 
+--- "**met**", or "**not met**" with how far the median is from the goal; "–" when not measured.
+--- `at_least`: the goal is a lower bound.
+local function verdict(s, goal, at_least)
+  if not s then return "–" end
+  local m = s.median
+  if (at_least and m >= goal) or (not at_least and m <= goal) then return "**met**" end
+  if at_least then return string.format("**not met** (%.0f%% short)", (1 - m / goal) * 100) end
+  if m >= 2 * goal then return string.format("**not met** (%.1f× the limit)", m / goal) end
+  return string.format("**not met** (%.0f%% over)", (m / goal - 1) * 100)
+end
+
 M.num, M.t, M.mmm, M.ratio, M.x, M.pct, M.mb = num, t, mmm, ratio, x, pct, mb
-M.cmp, M.clearly_below, M.x2, M.paired = cmp, clearly_below, x2, paired
+M.cmp, M.clearly_below, M.x2, M.paired, M.verdict = cmp, clearly_below, x2, paired, verdict
 
 return M

@@ -13,18 +13,7 @@ local TARGETS = require "report.goals"
 local trivial = require "report.ngx_trivial"
 
 local w, table_md, write_file, unavailable = D.w, D.table_md, D.write_file, D.unavailable
-local num, t, mmm, x2, paired = F.num, F.t, F.mmm, F.x2, F.paired
-
---- "**met**", or "**not met**" with how far the median is from the goal; "–" when not measured.
---- `at_least`: the goal is a lower bound.
-local function verdict(s, goal, at_least)
-  if not s then return "–" end
-  local m = s.median
-  if (at_least and m >= goal) or (not at_least and m <= goal) then return "**met**" end
-  if at_least then return string.format("**not met** (%.0f%% short)", (1 - m / goal) * 100) end
-  if m >= 2 * goal then return string.format("**not met** (%.1f× the limit)", m / goal) end
-  return string.format("**not met** (%.0f%% over)", (m / goal - 1) * 100)
-end
+local num, t, mmm, x2, paired, verdict = F.num, F.t, F.mmm, F.x2, F.paired, F.verdict
 
 local function quick_note(res)
   if res.quick then

@@ -10,7 +10,7 @@ local R = require "report.results"
 local TARGETS = require "report.goals"
 
 local w, table_md, unavailable = D.w, D.table_md, D.unavailable
-local num, mmm, x2, paired = F.num, F.mmm, F.x2, F.paired
+local num, mmm, x2, paired, verdict = F.num, F.mmm, F.x2, F.paired, F.verdict
 
 local function usable(res)
   return res and not res.skipped and not res.failed and res.runs
@@ -27,20 +27,11 @@ local function goals()
   local v, rwt = runs.vmpool, runs.run_worker_thread
   local ratio = paired(v and v.rps, rwt and rwt.rps)
   local ir = loop_ir("vmpool")
-  local ratio_verdict, ir_verdict = "–", "–"
-  if ratio then
-    ratio_verdict = ratio.median >= TARGETS.ngx_trivial_vs_rwt and "**met**"
-      or string.format("**not met** (%.0f%% short)", (1 - ratio.median / TARGETS.ngx_trivial_vs_rwt) * 100)
-  end
-  if ir then
-    ir_verdict = ir <= TARGETS.ngx_loop_ir and "**met**"
-      or string.format("**not met** (%.0f%% over)", (ir / TARGETS.ngx_loop_ir - 1) * 100)
-  end
   return {
     { "OpenResty: trivial endpoint req/s, vmpool ÷ run_worker_thread", "≥ " .. x2(TARGETS.ngx_trivial_vs_rwt),
-      ratio and mmm(ratio, x2) or "not measured", ratio_verdict },
+      ratio and mmm(ratio, x2) or "not measured", verdict(ratio, TARGETS.ngx_trivial_vs_rwt, true) },
     { "OpenResty: event-loop instructions per trivial /vmpool request", "≤ " .. num(TARGETS.ngx_loop_ir, 0),
-      ir and num(ir, 0) or "not measured", ir_verdict },
+      ir and num(ir, 0) or "not measured", verdict(ir and { median = ir }, TARGETS.ngx_loop_ir) },
   }
 end
 
