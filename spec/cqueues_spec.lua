@@ -137,6 +137,38 @@ describe("vmpool.cqueues", function()
     strict:close()
   end)
 
+  it("serves each loop's coroutines through its own adapter in a program that loaded vmpool.luv too", function()
+    local has_luv, uv = pcall(require, "luv")
+    if not has_luv then
+      return pending("needs luv (Debian: lua-luv)")
+    end
+    local vluv = require "vmpool.luv"
+    local function through_cqueues(n)
+      local cq, sum = cqueues.new(), 0
+      for i = 1, n do cq:wrap(function() local v = pool:co_invoke("c", "echo", i); sum = sum + v end) end
+      assert.is_nil(run_loop(cq))
+      return sum
+    end
+    local function through_luv(n)
+      local sum = 0
+      for i = 1, n do vluv.spawn(function() local v = pool:co_invoke("c", "echo", i); sum = sum + v end) end
+      uv.run()
+      return sum
+    end
+    -- alternating, so that whichever adapter comes first in vmpool's list, the other one is
+    -- found at least once after the first
+    for _ = 1, 2 do
+      local before_cq, before_luv = vcq.stats(), vluv.stats()
+      assert.are.equal(55, through_cqueues(10))
+      assert.are.equal(10, delta(before_cq).waits, "each cqueues coroutine waited through vmpool.cqueues")
+      assert.are.equal(before_luv.waits, vluv.stats().waits)
+      before_cq, before_luv = vcq.stats(), vluv.stats()
+      assert.are.equal(55, through_luv(10))
+      assert.are.equal(10, vluv.stats().waits - before_luv.waits, "each luv coroutine waited through vmpool.luv")
+      assert.are.equal(before_cq.waits, vcq.stats().waits)
+    end
+  end)
+
   it("keeps the controller running other coroutines while calls wait, and wakes only when one finished", function()
     local cq = cqueues.new()
     local results = {}

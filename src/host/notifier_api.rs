@@ -30,6 +30,16 @@
 //! an outbox that `notifier:_flush()` submits: the adapter flushes once per turn of nginx's event
 //! loop, so the requests of one turn wake a sleeping pool worker once, not once each.
 //!
+//! The luv and cqueues adapters resume a batch of coroutines per wake-up, and the calls those make
+//! should reach the pool together too. `notifier:_open_batch(n)` opens a batch: until it closes,
+//! `token = notifier:_call(pool, chunk, fn, ...)` defers (and flushes every `FLUSH_EVERY` calls,
+//! so that workers start on the first ones); outside a batch it submits. It closes, flushing the
+//! rest, at the `n`-th `_take` (the woken coroutines took their results: cqueues, which cannot
+//! tell when its controller has run them all) or at `notifier:_close_batch()` (luv's callback
+//! end, and cqueues' fallback after a few turns), which returns how many calls batches deferred
+//! since the last `_close_batch`. Each call's bookkeeping so stays native: in Lua it cost about
+//! a fifth of the adapters' opcodes per call (bench/results/2026-12-02-adapters-native-batch.md).
+//!
 //! `native._notifier(true)` makes a notifier that knows the process it was made in: after a
 //! `fork()`, its `_defer` and `_submit` return `false` instead of a token and do nothing, so
 //! that the OpenResty adapter learns that its state was inherited from another process without
@@ -74,7 +84,21 @@ pub struct NotifierHandle {
     supply: TokenSupply,
     /// `sys::fork_generation()` when made with `_notifier(true)`; `None` otherwise.
     born: Option<u64>,
+    /// The batch `_open_batch` opened: `_call` defers while it is open.
+    batch: Option<Batch>,
+    /// Calls `_call` deferred in batches since the last `_close_batch` (which returns it).
+    batched: u64,
 }
+
+/// A batch of calls `_call` defers (see the module docs).
+struct Batch {
+    /// `_take`s that close it; 0: only `_close_batch` does.
+    takes_left: u64,
+}
+
+/// A batch's deferred calls are submitted at least this often, so that workers start on the first
+/// ones while the loop still resumes the rest of its coroutines.
+const FLUSH_EVERY: usize = 64;
 
 impl NotifierHandle {
     /// Whether it was made with `_notifier(true)` in another process (before a `fork()`).
@@ -155,6 +179,8 @@ fn new_impl(st: State) -> Result<c_int, Error> {
             postings: Vec::new(),
             supply: TokenSupply::default(),
             born,
+            batch: None,
+            batched: 0,
         },
         UV_NOTIFIER,
     )?;
@@ -402,7 +428,13 @@ crate::lua_function!(pub fn flush => flush_impl);
 /// Idle workers are woken only once every call is filed, so that one woken worker finds the
 /// rest of the batch queued behind its first call.
 fn flush_impl(st: State) -> Result<c_int, Error> {
-    let n = handle(st)?;
+    let count = flush_outbox(handle(st)?);
+    st.push_number(count as f64);
+    Ok(1)
+}
+
+/// Submits the outbox's calls (see `_flush`); returns how many.
+fn flush_outbox(n: &mut NotifierHandle) -> usize {
     let mut outbox = std::mem::take(&mut n.outbox);
     let mut postings = std::mem::take(&mut n.postings);
     let mut count = 0;
@@ -424,8 +456,77 @@ fn flush_impl(st: State) -> Result<c_int, Error> {
     n.postings = postings;
     outbox.clear();
     n.outbox = outbox;
-    st.push_number(count as f64);
+    count
+}
+
+crate::lua_function!(pub fn call_or_defer => call_impl);
+/// `notifier:_call(pool, chunk, fn, ...)` -> token: `_defer` while a batch is open (flushing every
+/// `FLUSH_EVERY` calls), `_submit` otherwise.
+fn call_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    if n.batch.is_none() || n.inherited() {
+        return submit_impl(st);
+    }
+    let token = prepare(st, n, true)?;
+    n.outbox.push(token);
+    n.batched += 1;
+    if n.outbox.len() >= FLUSH_EVERY {
+        flush_outbox(n);
+    }
+    st.push_number(token as f64);
     Ok(1)
+}
+
+crate::lua_function!(pub fn open_batch => open_batch_impl);
+/// `notifier:_open_batch(n)`: `_call` defers until the `n`-th `_take` (0: until
+/// `_close_batch`). Re-arms a batch that is open already.
+fn open_batch_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    let takes_left = if st.type_of(2) == TNUMBER {
+        st.to_number(2).max(0.0) as u64
+    } else {
+        0
+    };
+    n.batch = Some(Batch { takes_left });
+    Ok(0)
+}
+
+crate::lua_function!(pub fn batch_open => batch_open_impl);
+/// `notifier:_batch_open()`: whether a batch is open.
+fn batch_open_impl(st: State) -> Result<c_int, Error> {
+    let open = handle(st)?.batch.is_some();
+    st.push_bool(open);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn close_batch_api => close_batch_impl);
+/// `notifier:_close_batch()` -> n: closes the batch (if open) and submits its deferred calls;
+/// `n`: calls deferred in batches since the last `_close_batch`.
+fn close_batch_impl(st: State) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    end_batch(n);
+    let batched = std::mem::take(&mut n.batched);
+    st.push_number(batched as f64);
+    Ok(1)
+}
+
+fn end_batch(n: &mut NotifierHandle) {
+    n.batch = None;
+    if !n.outbox.is_empty() {
+        flush_outbox(n);
+    }
+}
+
+/// A `_take` in an open batch: the last one it waits for closes it.
+fn count_take(n: &mut NotifierHandle) {
+    if let Some(b) = &mut n.batch {
+        if b.takes_left > 0 {
+            b.takes_left -= 1;
+            if b.takes_left == 0 {
+                end_batch(n);
+            }
+        }
+    }
 }
 
 fn token_arg(st: State, idx: c_int) -> Result<u64, Error> {
@@ -455,6 +556,7 @@ fn take_impl(st: State) -> Result<c_int, Error> {
     }
     st.set_top(0);
     n.forget(token, &entry);
+    count_take(n);
     let result = push_outcome(st, &entry.call);
     n.cache.put(entry.call);
     result

@@ -15,9 +15,11 @@
 -- Each waiter sleeps on a condition of its own, so a completion wakes the dispatcher and the one
 -- coroutine whose call finished (a future's pollfd, which every waiter polls, wakes them all).
 --
--- The calls that the woken coroutines of one batch make are deferred (notifier:_defer) and handed
--- to the pool together (notifier:_flush): waking a sleeping worker costs a system call and a
--- context switch, and one batch then wakes it once, not once per call
+-- The calls that the woken coroutines of one batch make are handed to the pool together: the
+-- dispatcher opens a batch on the notifier (notifier:_open_batch), in which notifier:_call defers,
+-- and the batch closes (submitting them) when every woken coroutine took its results, or after a
+-- few turns of the controller. Waking a sleeping worker costs a system call and a context switch,
+-- and one batch then wakes it once, not once per call
 -- (bench/results/2026-12-01-futures-and-adapters.md).
 
 local _, native, add_loop, shared = ...
@@ -35,8 +37,10 @@ local cqueues_running, cqueues_poll = cqueues.running, cqueues.poll
 -- it yields the protocol's sentinel itself: one Lua call and one C call less per wait. A cqueues
 -- without the sentinel gets the public function.
 local POLL = cqueues._POLL
-local coroutine_yield = coroutine.yield
+-- wait_on(POLL, x) waits for x: the sentinel's yield, or (without one) cqueues.poll(x)
+local wait_on = POLL and coroutine.yield or function(_, x) return cqueues_poll(x) end
 local new_condition = condition.new
+local cond_signal = new_condition().signal -- the method itself: no lookup through the metatable
 local coroutine_running = coroutine.running
 local setmetatable, pairs = setmetatable, pairs
 local isyieldable = coroutine.isyieldable or native._yieldable
@@ -44,7 +48,7 @@ local Future = native.future_methods
 local future_wait = Future.wait
 -- the notifier's methods of the calls path as locals: no lookup through the userdata's metatable
 local Notifier = native.notifier_methods
-local notifier_submit, notifier_defer, notifier_take = Notifier._submit, Notifier._defer, Notifier._take
+local notifier_call, notifier_take = Notifier._call, Notifier._take
 
 local A = {}
 
@@ -53,20 +57,22 @@ local A = {}
 local loops = setmetatable({}, { __mode = "k" })
 local FUTURES = {}
 local awaited = setmetatable({}, { __mode = "k" }) -- future -> true while a coroutine awaits it
-local free, nfree = {}, 0 -- conditions ready for reuse (nobody waits on them)
-local MAX_FREE_CONDITIONS = 4096
+-- Each token of a notifier keeps its condition (s.conds[token]) for the next call under that
+-- token: tokens are small and reused, and a lookup costs less than a free list's pop and push. A
+-- dispatcher whose calls all finished drops them if more than this many piled up.
+local MAX_KEPT_CONDITIONS = 4096
 
 -- The counters of vmpool.cqueues.stats(), locals rather than fields of a table: the calls path
 -- updates three of them per call, and on Lua 5.1 an upvalue costs less than a table field.
 local waits = 0 -- coroutines that waited for a call
-local resumes = 0 -- times a waiting coroutine woke up (its call finished, or not: see early)
-local early = 0 -- of those, wake-ups that found the call still running
+local woken = 0 -- waiting coroutines woken with their call finished
+local early = 0 -- times a waiting coroutine woke up with its call still running
 local wakeups = 0 -- dispatcher wake-ups (each drains every finished call of its pool)
 local empty = 0 -- of those, wake-ups that found no finished call
 local completions = 0 -- tokens the dispatchers took
 local dropped = 0 -- tokens whose coroutine had stopped waiting
 local dispatchers = 0 -- dispatcher coroutines started
-local batched = 0 -- calls woken coroutines made, submitted together
+local batched = 0 -- calls woken coroutines made, submitted together (counted at each batch's end)
 
 -- what cqueues.poll waits on: the notifier's eventfd, readable while tokens are queued
 local Pollable = {}
@@ -75,23 +81,14 @@ function Pollable:pollfd() return self.fd end
 function Pollable:events() return "r" end -- luacheck: ignore 212
 function Pollable:timeout() return nil end -- luacheck: ignore 212
 
--- Calls deferred in a batch are submitted at least this often, so that workers start on the
--- first ones while the rest of the batch is resumed.
-local FLUSH_EVERY = 64
-
-local function flush(s)
-  s.deferred = 0
-  s.notifier:_flush()
-end
-
 -- The dispatcher signals the coroutines whose calls finished; the calls they make when they run
--- are deferred and submitted together (when the last of them woke, or FLUSH_EVERY calls), so that
--- a batch wakes a sleeping pool worker once, not once per call. It yields a few turns of the
--- controller to make sure the batch is submitted even if some woken coroutine never runs.
+-- are deferred and submitted together (when the last of them took its results, and every 64
+-- calls), so that a batch wakes a sleeping pool worker once, not once per call. It yields a few
+-- turns of the controller, then closes the batch itself: a woken coroutine may never run.
 local function dispatch(s)
   local notifier, waiting, pollable = s.notifier, s.waiting, s.pollable
   while s.in_flight > 0 do
-    if POLL then coroutine_yield(POLL, pollable) else cqueues_poll(pollable) end
+    wait_on(POLL, pollable)
     wakeups = wakeups + 1
     local tokens = notifier:drain()
     local n = #tokens
@@ -104,7 +101,7 @@ local function dispatch(s)
       local cond = waiting[t]
       if cond then
         waiting[t] = nil
-        cond:signal()
+        cond_signal(cond)
         signalled = signalled + 1
       else
         notifier:_drop(t)
@@ -112,17 +109,19 @@ local function dispatch(s)
       end
     end
     if signalled > 0 then
-      s.batch_left = signalled
+      notifier:_open_batch(signalled)
       local turns = 0
       repeat
-        if POLL then coroutine_yield(POLL, 0) else cqueues_poll(0) end
+        wait_on(POLL, 0)
         turns = turns + 1
-      until s.batch_left == 0 or turns == 3
-      s.batch_left = 0
-      if s.deferred > 0 then flush(s) end
+      until turns == 3 or not notifier:_batch_open()
+      batched = batched + notifier:_close_batch()
     end
   end
   s.dispatching = false
+  if s.nconds > MAX_KEPT_CONDITIONS then
+    s.conds, s.nconds = {}, 0
+  end
 end
 
 local function state_of(cq, key)
@@ -134,7 +133,9 @@ local function state_of(cq, key)
   local s = pools[key]
   if s == nil then
     local notifier = native._notifier()
-    s = { notifier = notifier, waiting = {}, in_flight = 0, dispatching = false, batch_left = 0, deferred = 0 }
+    s = {
+      notifier = notifier, waiting = {}, conds = {}, nconds = 0, in_flight = 0, dispatching = false,
+    }
     s.pollable = setmetatable({ fd = notifier:_pollfd() }, Pollable)
     pools[key] = s
   end
@@ -150,34 +151,24 @@ local function sleep_on(cq, s, token)
     dispatchers = dispatchers + 1
     cq:wrap(dispatch, s)
   end
-  local cond
-  if nfree > 0 then
-    cond = free[nfree]
-    free[nfree] = nil
-    nfree = nfree - 1
-  else
+  local conds = s.conds
+  local cond = conds[token]
+  if cond == nil then
     cond = new_condition()
+    conds[token] = cond
+    s.nconds = s.nconds + 1
   end
   local waiting = s.waiting
   waiting[token] = cond
   waits = waits + 1
-  repeat
-    -- cond:wait() less its Lua wrapper (a condition is pollable)
-    if POLL then coroutine_yield(POLL, cond) else cqueues_poll(cond) end
-    resumes = resumes + 1
-    local still = waiting[token] == cond
-    if still then early = early + 1 end
-  until not still
-  local left = s.batch_left
-  if left > 0 then
-    -- woken by the dispatcher's current batch: the last one submits what the others deferred
-    s.batch_left = left - 1
-    if left == 1 and s.deferred > 0 then flush(s) end
+  -- cond:wait() less its Lua wrapper (a condition is pollable); the dispatcher clears
+  -- waiting[token] before it signals
+  wait_on(POLL, cond)
+  while waiting[token] == cond do
+    early = early + 1 -- resumed by other code: the call still runs
+    wait_on(POLL, cond)
   end
-  if nfree < MAX_FREE_CONDITIONS then
-    nfree = nfree + 1
-    free[nfree] = cond
-  end
+  woken = woken + 1
 end
 
 -- `cq`: the controller, from `drives` below (one cqueues.running() per call, not two)
@@ -185,26 +176,16 @@ local function co_invoke(cq, pool, chunk, fn, ...)
   local pools = loops[cq]
   local s = pools and pools[pool] or state_of(cq, pool) -- the lookup inline: no call per call
   local notifier = s.notifier
-  local token
-  if s.batch_left > 0 then
-    batched = batched + 1
-    token = notifier_defer(notifier, pool, chunk, fn, ...) -- submitted with the rest of the batch
-    local d = s.deferred + 1
-    s.deferred = d
-    if d >= FLUSH_EVERY then flush(s) end
-  else
-    token = notifier_submit(notifier, pool, chunk, fn, ...)
-  end
+  -- deferred while the dispatcher's batch is open, submitted otherwise
+  local token = notifier_call(notifier, pool, chunk, fn, ...)
   sleep_on(cq, s, token)
-  return notifier_take(notifier, token)
+  return notifier_take(notifier, token) -- the batch's last take submits it
 end
 
 add_loop {
-  -- the controller, which co_invoke gets back as its first argument
-  drives = function()
-    local cq, managed = cqueues_running()
-    return managed and cq
-  end,
+  -- cqueues.running() returns the controller (which co_invoke gets back as its first argument)
+  -- and whether that controller runs this coroutine: drives's contract, with no Lua call
+  drives = cqueues_running,
   co_invoke = co_invoke,
 }
 
@@ -234,12 +215,13 @@ end
 --- vmpool.cqueues.stats(): the adapter's state in this Lua state (every controller and pool that
 --- is still alive) and its counters.
 function A.stats()
-  local dispatching, in_flight, waiting = 0, 0, 0
+  local dispatching, in_flight, waiting, conditions = 0, 0, 0, 0
   for _, pools in pairs(loops) do
     for _, s in pairs(pools) do
       if s.dispatching then dispatching = dispatching + 1 end
       in_flight = in_flight + s.in_flight
       for _ in pairs(s.waiting) do waiting = waiting + 1 end
+      conditions = conditions + s.nconds
     end
   end
   return {
@@ -247,7 +229,7 @@ function A.stats()
     in_flight = in_flight, -- calls and futures waited for, not yet dispatched
     waiting = waiting, -- coroutines waiting
     waits = waits,
-    resumes = resumes,
+    resumes = woken + early, -- times a waiting coroutine woke up
     early = early,
     wakeups = wakeups,
     empty = empty,
@@ -255,7 +237,7 @@ function A.stats()
     dropped = dropped,
     dispatchers = dispatchers,
     batched = batched,
-    free_conditions = nfree,
+    free_conditions = conditions - waiting, -- kept for the next call under their token
   }
 end
 

@@ -4,17 +4,18 @@
 -- own call finished:
 --
 --   coroutine                                  the loop (uv.run, or Neovim's vim.loop)
---   token = notifier:_submit(pool, chunk,      one poll handle per pool on the pool's notifier
+--   token = notifier:_call(pool, chunk,        one poll handle per pool on the pool's notifier
 --     fn, ...): the call, under a token        eventfd; the native side writes to it when the
 --   waiting[token] = co; coroutine.yield()     completion queue goes from empty to non-empty
 --                                              callback: tokens = notifier:drain() (which reads the
 --                                              eventfd back to zero), resume waiting[token] each
 --   notifier:_take(token) -- the results
 --
--- The calls that coroutines make while the callback resumes them are deferred (notifier:_defer)
--- and handed to the pool together (notifier:_flush) every FLUSH_EVERY calls and when the callback
--- ends: waking a sleeping worker costs a system call and a context switch, and one batch then
--- wakes it once, not once per call (bench/results/2026-12-01-futures-and-adapters.md).
+-- The calls that coroutines make while the callback resumes them are deferred (the callback opens
+-- a batch on the notifier, notifier:_open_batch, in which notifier:_call defers) and handed to the
+-- pool together every 64 calls and when the callback ends (notifier:_close_batch): waking a
+-- sleeping worker costs a system call and a context switch, and one batch then wakes it once, not
+-- once per call (bench/results/2026-12-01-futures-and-adapters.md).
 --
 -- The poll handle exists only while the pool has calls in flight through this adapter: it is
 -- closed when the last one is dispatched, so a loop with no other work ends (uv.run returns), and
@@ -107,17 +108,8 @@ local function close_watcher(s)
   end
 end
 
--- Calls deferred in a batch are submitted at least this often, so that workers start on the
--- first ones while the rest of the batch is resumed.
-local FLUSH_EVERY = 64
-
-local function flush(s)
-  s.deferred = 0
-  s.notifier:_flush()
-end
-
 -- The poll callback of pool state s: every finished call's coroutine is resumed, once. The calls
--- those coroutines make meanwhile are deferred and submitted together (every FLUSH_EVERY calls,
+-- those coroutines make meanwhile are deferred and submitted together (every 64 calls,
 -- and at the end), so that a batch wakes a sleeping pool worker once, not once per call.
 local function dispatcher(s)
   return function()
@@ -130,7 +122,7 @@ local function dispatcher(s)
     s.in_flight = s.in_flight - n
     counters.completions = counters.completions + n
     local why
-    s.deferring = true
+    notifier:_open_batch(0) -- closed below
     for i = 1, n do
       local t = tokens[i]
       local co = waiting[t]
@@ -144,10 +136,7 @@ local function dispatcher(s)
         counters.dropped = counters.dropped + 1
       end
     end
-    s.deferring = false
-    if s.deferred > 0 then
-      flush(s)
-    end
+    counters.batched = counters.batched + notifier:_close_batch()
     if s.in_flight == 0 then
       close_watcher(s)
     end
@@ -161,8 +150,7 @@ local function state_of(pool)
   local s = states[pool]
   if s == nil then
     local notifier = native._notifier()
-    s = { notifier = notifier, fd = notifier:_pollfd(), waiting = {}, in_flight = 0, handle = nil,
-      deferring = false, deferred = 0 }
+    s = { notifier = notifier, fd = notifier:_pollfd(), waiting = {}, in_flight = 0, handle = nil }
     s.on_ready = dispatcher(s)
     states[pool] = s
   end
@@ -226,26 +214,16 @@ end
 local function co_invoke(_, pool, chunk, fn, ...)
   local s = states[pool] or state_of(pool)
   local notifier = s.notifier
-  local token
-  if s.deferring then
-    -- inside this pool's poll callback (whose watcher is open), which submits the batch
-    token = notifier:_defer(pool, chunk, fn, ...)
-    counters.batched = counters.batched + 1
-    local d = s.deferred + 1
-    s.deferred = d
-    if d >= FLUSH_EVERY then
-      flush(s)
-    end
-  else
-    -- a refused call raises here, before a watcher exists for it; a call that finishes before
-    -- the watcher opens leaves the descriptor readable (level-triggered), so it is not missed
-    token = notifier:_submit(pool, chunk, fn, ...)
-    if s.handle == nil then
-      local opened, err = pcall(watch, s)
-      if not opened then
-        notifier:_drop(token)
-        error(err, 0)
-      end
+  -- deferred inside this pool's poll callback (its batch is open, and so is its watcher), which
+  -- submits the batch; submitted otherwise. A refused call raises here, before a watcher exists
+  -- for it; a call that finishes before the watcher opens leaves the descriptor readable
+  -- (level-triggered), so it is not missed.
+  local token = notifier:_call(pool, chunk, fn, ...)
+  if s.handle == nil then
+    local opened, err = pcall(watch, s)
+    if not opened then
+      notifier:_drop(token)
+      error(err, 0)
     end
   end
   if sleep_on(s, token, coroutine_running()) then
@@ -256,7 +234,7 @@ local function co_invoke(_, pool, chunk, fn, ...)
 end
 
 add_loop {
-  drives = function(co) return driven[co] == true end,
+  drives = function(co) return true, driven[co] == true end,
   co_invoke = co_invoke,
 }
 

@@ -55,11 +55,18 @@ Driver.__index = Driver
 local host_co_invoke, host_co_map
 
 -- The event-loop adapters loaded (vmpool.luv, vmpool.cqueues), each { drives = function(co) ->
--- a true value (handed back to co_invoke) if that loop resumes co, co_invoke = function(driver,
--- pool, chunk, fn, ...) }, tried in order.
+-- driver, driven (driven true if that loop resumes co; driver is handed back to co_invoke),
+-- co_invoke = function(driver, pool, chunk, fn, ...) }, tried in order. (Two results so that
+-- cqueues.running, which returns the controller and whether it runs this coroutine, is one.)
 local loops = {}
+-- the first adapter's functions as upvalues: a program uses one loop, and its calls then cost no
+-- walk over the list (the adapter that drove the last call found by the walk goes first)
+local first_drives, first_co_invoke
 local function add_loop(adapter)
   loops[#loops + 1] = adapter
+  if #loops == 1 then
+    first_drives, first_co_invoke = adapter.drives, adapter.co_invoke
+  end
 end
 
 local function in_coroutine()
@@ -194,11 +201,18 @@ function Pool:co_invoke(chunk, fn, ...)
     end
     return native_result(d.native, token)
   end
-  if co and loops[1] and isyieldable() then
-    for i = 1, #loops do
+  if co and first_drives and isyieldable() then
+    local driver, driven = first_drives(co)
+    if driven then
+      return first_co_invoke(driver, self, chunk, fn, ...)
+    end
+    for i = 2, #loops do
       local loop = loops[i]
-      local driver = loop.drives(co)
-      if driver then
+      driver, driven = loop.drives(co)
+      if driven then
+        -- a program that loaded both adapters but runs one loop: that one goes first
+        loops[i], loops[1] = loops[1], loop
+        first_drives, first_co_invoke = loop.drives, loop.co_invoke
         return loop.co_invoke(driver, self, chunk, fn, ...)
       end
     end
