@@ -2,6 +2,9 @@
 -- measured in the same run (co_invoke with many calls in flight under vmpool.run), and how close
 -- heavy items come to perfect scaling over the states (the same map on a pool of 1 state and
 -- of 2). Rounds interleave the variants; each figure is the median of the rounds with [min-max].
+-- Each round also measures the machine's ceiling for that scaling: the heavy items' loop in plain
+-- processes of the same runtime, half the items in one process alone, then in two at once
+-- (alone time ÷ together time: 1 when the machine gives two busy processes a CPU each).
 -- Run with the rock on the path, e.g.:
 --   LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/map.lua'
 -- Settings: BENCH_REPS (rounds, default 5), BENCH_QUICK=1 (one short round: checks that the
@@ -81,6 +84,37 @@ local function co_invoke_rate(pool, calls)
   return per * IN_FLIGHT / (vmpool.clock() - t0)
 end
 
+-- The ceiling's child: the heavy loop over half the items, timed inside the process (so that
+-- process start-up does not count); prints its seconds.
+local INTERP = arg and arg[-1]
+local CEILING_CHILD = [[
+local clock = require("vmpool").clock
+%s
+local t0 = clock()
+for _ = 1, %d do heavy(%d) end
+io.write(string.format("%%.6f", clock() - t0))
+]]
+
+local function shell_quote(text)
+  return "'" .. text:gsub("'", "'\\''") .. "'"
+end
+
+-- the longest of `procs` processes' loop times, started together; nil if a child failed
+local function ceiling_time(procs)
+  local source = string.format(CEILING_CHILD, CHUNK, math.max(1, math.floor(HEAVY / 2)), WORK)
+  local cmd = INTERP .. " -e " .. shell_quote(source)
+  local running = {}
+  for i = 1, procs do running[i] = io.popen(cmd) end
+  local longest = 0
+  for i = 1, procs do
+    local seconds = tonumber(running[i]:read("*a"))
+    running[i]:close()
+    if not seconds then return nil end
+    longest = math.max(longest, seconds)
+  end
+  return longest
+end
+
 -- seconds one map of the heavy items takes, and the CPUs the process used meanwhile (process CPU
 -- time / wall time: below 2 on the 2-state pool, the machine did not give it 2 CPUs)
 local function heavy_time(pool, list)
@@ -111,6 +145,7 @@ heavy_time(one, heavy)
 heavy_time(two, heavy)
 
 local mapped, invoked, ratio, t1s, t2s, eff, cpu2 = {}, {}, {}, {}, {}, {}, {}
+local c1s, c2s, ceiling, relative = {}, {}, {}, {}
 for r = 1, REPS do
   mapped[r] = map_rate(pool, list)
   invoked[r] = co_invoke_rate(pool, CO_CALLS)
@@ -124,6 +159,11 @@ for r = 1, REPS do
     t1s[r] = heavy_time(one, heavy)
   end
   eff[r] = t1s[r] / t2s[r] / 2
+  c1s[r], c2s[r] = ceiling_time(1), ceiling_time(2)
+  if c1s[r] and c2s[r] then
+    ceiling[#ceiling + 1] = c1s[r] / c2s[r]
+    relative[#relative + 1] = eff[r] / ceiling[#ceiling]
+  end
 end
 
 print(string.format("trivial items, pool:map on %d states: %s items/s", cpus, summary(mapped, "%.0f")))
@@ -134,8 +174,15 @@ print(string.format("heavy items (%d of heavy(%d)): 1 state %s s, 2 states %s s"
   summary(t1s, "%.3f"), summary(t2s, "%.3f")))
 print(string.format("scaling efficiency (1-state time / 2-state time / 2), per round: %s (goal: >= 0.95)",
   summary(eff, "%.3f")))
-print(string.format("CPUs the process got during the 2-state maps: %s (below 2: a loaded machine)",
+print(string.format("CPUs the process got during the 2-state maps: %s (process CPU time / wall time)",
   summary(cpu2, "%.2f")))
+if #ceiling > 0 then
+  print(string.format("the machine's ceiling (the same loop in 1 process, then 2 at once: time alone / together): "
+    .. "%s", summary(ceiling, "%.3f")))
+  print(string.format("scaling efficiency / ceiling, per round: %s", summary(relative, "%.3f")))
+else
+  print("the machine's ceiling: not measured (a child process of " .. tostring(INTERP) .. " could not load vmpool)")
+end
 local load_after = loadavg()
 print("load average after: " .. load_after)
 pool:close()
@@ -149,7 +196,8 @@ if OUT then
     runtime = vmpool.runtime, cpus = cpus, quick = QUICK, rounds = REPS, items = ITEMS, heavy_items = HEAVY,
     heavy_work = WORK, in_flight = IN_FLIGHT, co_invoke_calls = CO_CALLS,
     map_items_per_s = mapped, co_invoke_calls_per_s = invoked, heavy_1state_s = t1s, heavy_2states_s = t2s,
-    cpus_during_2states = cpu2, loadavg_before = load_before, loadavg_after = load_after,
+    cpus_during_2states = cpu2, ceiling_alone_s = c1s, ceiling_together_s = c2s,
+    loadavg_before = load_before, loadavg_after = load_after,
   }, "\n")
   f:close()
 end
