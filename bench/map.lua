@@ -28,9 +28,16 @@ local WORK = tonumber(os.getenv("MAP_WORK")) or (QUICK and 1000 or 100000)
 local IN_FLIGHT = QUICK and 100 or 4000
 local CO_CALLS = math.min(ITEMS, QUICK and 2000 or 400000) -- calls per co_invoke measurement
 
+-- heavy(n) returns the seconds it ran, so that the map's time can be split into the states' busy
+-- time and their idle time
 local CHUNK = [[
+local clock = require("vmpool").clock
 function id(x) return x end
-function heavy(n) local x = 0 for i = 1, n do x = (x + i * 7) % 1000003 end return x end
+function heavy(n)
+  local t0, x = clock(), 0
+  for i = 1, n do x = (x + i * 7) % 1000003 end
+  return clock() - t0 + x * 0 -- x used: the loop is work no compiler may drop
+end
 ]]
 
 local function median(xs)
@@ -115,13 +122,15 @@ local function ceiling_time(procs)
   return longest
 end
 
--- seconds one map of the heavy items takes, and the CPUs the process used meanwhile (process CPU
--- time / wall time: below 2 on the 2-state pool, the machine did not give it 2 CPUs)
+-- seconds one map of the heavy items takes, the CPUs the process used meanwhile (process CPU
+-- time / wall time), and the seconds the items ran, summed
 local function heavy_time(pool, list)
   local t0, c0 = vmpool.clock(), os.clock()
-  pool:map("m", "heavy", list)
+  local ran = pool:map("m", "heavy", list)
   local dt = vmpool.clock() - t0
-  return dt, (os.clock() - c0) / dt
+  local busy = 0
+  for i = 1, #ran do busy = busy + ran[i] end
+  return dt, (os.clock() - c0) / dt, busy
 end
 
 local probe = vmpool.new()
@@ -146,19 +155,25 @@ heavy_time(two, heavy)
 
 local mapped, invoked, ratio, t1s, t2s, eff, cpu2 = {}, {}, {}, {}, {}, {}, {}
 local c1s, c2s, ceiling, relative = {}, {}, {}, {}
+local busy1, busy2, busy_share, slowdown = {}, {}, {}, {}
 for r = 1, REPS do
   mapped[r] = map_rate(pool, list)
   invoked[r] = co_invoke_rate(pool, CO_CALLS)
   ratio[r] = mapped[r] / invoked[r]
   -- alternate which pool goes first, so that a drift in the machine's load hits both alike
+  local _
   if r % 2 == 1 then
-    t1s[r] = heavy_time(one, heavy)
-    t2s[r], cpu2[r] = heavy_time(two, heavy)
+    t1s[r], _, busy1[r] = heavy_time(one, heavy)
+    t2s[r], cpu2[r], busy2[r] = heavy_time(two, heavy)
   else
-    t2s[r], cpu2[r] = heavy_time(two, heavy)
-    t1s[r] = heavy_time(one, heavy)
+    t2s[r], cpu2[r], busy2[r] = heavy_time(two, heavy)
+    t1s[r], _, busy1[r] = heavy_time(one, heavy)
   end
   eff[r] = t1s[r] / t2s[r] / 2
+  -- eff = (share of the 2-state map's time its states ran items) x (1-state item time / 2-state
+  -- item time) x (the same share for the 1-state map, about 1)
+  busy_share[r] = busy2[r] / (2 * t2s[r])
+  slowdown[r] = busy2[r] / busy1[r]
   c1s[r], c2s[r] = ceiling_time(1), ceiling_time(2)
   if c1s[r] and c2s[r] then
     ceiling[#ceiling + 1] = c1s[r] / c2s[r]
@@ -176,6 +191,8 @@ print(string.format("scaling efficiency (1-state time / 2-state time / 2), per r
   summary(eff, "%.3f")))
 print(string.format("CPUs the process got during the 2-state maps: %s (process CPU time / wall time)",
   summary(cpu2, "%.2f")))
+print(string.format("share of the 2-state map's time its states ran items: %s", summary(busy_share, "%.3f")))
+print(string.format("an item's time with 2 states running / with 1: %s", summary(slowdown, "%.3f")))
 if #ceiling > 0 then
   print(string.format("the machine's ceiling (the same loop in 1 process, then 2 at once: time alone / together): "
     .. "%s", summary(ceiling, "%.3f")))
@@ -196,7 +213,8 @@ if OUT then
     runtime = vmpool.runtime, cpus = cpus, quick = QUICK, rounds = REPS, items = ITEMS, heavy_items = HEAVY,
     heavy_work = WORK, in_flight = IN_FLIGHT, co_invoke_calls = CO_CALLS,
     map_items_per_s = mapped, co_invoke_calls_per_s = invoked, heavy_1state_s = t1s, heavy_2states_s = t2s,
-    cpus_during_2states = cpu2, ceiling_alone_s = c1s, ceiling_together_s = c2s,
+    cpus_during_2states = cpu2, heavy_1state_busy_s = busy1, heavy_2states_busy_s = busy2,
+    ceiling_alone_s = c1s, ceiling_together_s = c2s,
     loadavg_before = load_before, loadavg_after = load_after,
   }, "\n")
   f:close()

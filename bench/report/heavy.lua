@@ -188,9 +188,14 @@ end
 --- summaries of map.lua's figures; nil when it did not run
 local function map_figures(m)
   if not m or m.skipped or m.failed then return nil end
-  local eff, ceiling, relative = {}, {}, {}
+  local eff, ceiling, relative, busy_share, slowdown = {}, {}, {}, {}, {}
   for i = 1, math.min(#m.heavy_1state_s, #m.heavy_2states_s) do
     eff[i] = m.heavy_1state_s[i] / m.heavy_2states_s[i] / 2
+    local busy1, busy2 = (m.heavy_1state_busy_s or {})[i], (m.heavy_2states_busy_s or {})[i]
+    if busy1 and busy2 then
+      busy_share[#busy_share + 1] = busy2 / (2 * m.heavy_2states_s[i])
+      slowdown[#slowdown + 1] = busy2 / busy1
+    end
     local alone, together = (m.ceiling_alone_s or {})[i], (m.ceiling_together_s or {})[i]
     if alone and together then
       ceiling[#ceiling + 1] = alone / together
@@ -199,6 +204,8 @@ local function map_figures(m)
   end
   return {
     ceiling = #ceiling > 0 and B.summary(ceiling) or nil,
+    busy_share = #busy_share > 0 and B.summary(busy_share) or nil,
+    slowdown = #slowdown > 0 and B.summary(slowdown) or nil,
     relative = #relative > 0 and B.summary(relative) or nil,
     map = B.summary(m.map_items_per_s), co = B.summary(m.co_invoke_calls_per_s),
     ratio = paired(m.map_items_per_s, m.co_invoke_calls_per_s),
@@ -231,7 +238,10 @@ local function map_section(charts)
     "`pool:map` on the default pool (one state per CPU), against the same function through `co_invoke` with %s " ..
     "coroutines in flight under `vmpool.run` (%s calls) in the same round; then %d heavy items (%s loop " ..
     "iterations each) through `pool:map` on a pool of 1 state and on a pool of 2, in alternating order. " ..
-    "Scaling efficiency = 1-state time ÷ 2-state time ÷ 2, per round. The machine's ceiling, in the same " ..
+    "Scaling efficiency = 1-state time ÷ 2-state time ÷ 2, per round. Each heavy item returns the seconds " ..
+    "it ran, which splits the efficiency in two: the share of the 2-state map's time its states ran items " ..
+    "(how well the batches fill both states), and an item's time with 2 states running ÷ with 1 (how much " ..
+    "slower the machine runs one item while another runs). The machine's ceiling, in the same " ..
     "round: the same loop over half the heavy items in one plain process of the runtime, then in two at once " ..
     "(time alone ÷ time together: 1 when the machine gives two busy processes a whole CPU each). Median " ..
     "[min–max] over %d round%s. Load " ..
@@ -252,6 +262,10 @@ local function map_section(charts)
     { "heavy items, 2 states, ms", mmm(f.t2, function(n) return t(n * 1000) end) },
     { "scaling efficiency", mmm(f.eff, function(n) return num(n, 3) end) },
     { "CPUs the process got during the 2-state maps", mmm(f.cpu2, function(n) return num(n, 2) end) },
+    { "share of the 2-state map's time its states ran items", f.busy_share and mmm(f.busy_share, function(n)
+      return num(n, 3) end) or "not measured" },
+    { "an item's time, 2 states running ÷ 1", f.slowdown and mmm(f.slowdown, function(n)
+      return num(n, 3) end) or "not measured" },
     { "the machine's ceiling: 2 processes' loops at once", f.ceiling and mmm(f.ceiling, function(n)
       return num(n, 3) end) or "not measured" },
     { "scaling efficiency ÷ ceiling, per round", f.relative and mmm(f.relative, function(n)
@@ -319,7 +333,21 @@ local function analysis()
     w("")
   end
   local f = map_figures(R.map)
-  if f and f.eff and f.ceiling and f.relative then
+  if f and f.eff and f.busy_share and f.slowdown then
+    local full = f.busy_share.median >= TARGETS.map_efficiency
+    w(string.format("**pool:map on heavy items.** The scaling efficiency from 1 state to 2 is %s (goal 0.95). " ..
+      "Its states ran items %s of the 2-state map's time, and an item took %s× as long while the other state " ..
+      "ran one as it took alone. %s%s",
+      mmm(f.eff, function(n) return num(n, 3) end), mmm(f.busy_share, function(n) return num(n, 3) end),
+      mmm(f.slowdown, function(n) return num(n, 3) end),
+      full and "The batches keep both states busy; the shortfall is the machine running two items slower " ..
+        "than one (two plain processes of the same loop at once: " or
+        "The states idled for part of the map: the batches do not keep both busy (two plain processes of " ..
+        "the same loop at once, for comparison: ",
+      f.ceiling and (mmm(f.ceiling, function(n) return num(n, 3) end) .. " of their speed alone).") or
+        "not measured)."))
+    w("")
+  elseif f and f.eff and f.ceiling and f.relative then
     w(string.format("**pool:map on heavy items.** The scaling efficiency from 1 state to 2 is %s (goal 0.95). " ..
       "Two plain processes running the same loop at once got %s of what each gets alone, in the same rounds: " ..
       "that is what this machine gave two busy CPUs. Against it, the map's efficiency is %s per round. %s",
