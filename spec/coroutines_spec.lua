@@ -128,6 +128,57 @@ describe("vmpool.run", function()
     pool:close()
   end)
 
+  it("submits the calls of the coroutines one wake-up resumes together, each with its own results", function()
+    local pool = vmpool.new { core = 2 }
+    pool:compile("c", CHUNK)
+    local sums = {}
+    vmpool.run(function()
+      for i = 1, 200 do
+        vmpool.spawn(function()
+          local sum = 0
+          for j = 1, 10 do sum = sum + pool:co_invoke("c", "echo", i * 100 + j) end
+          sums[i] = sum
+        end)
+      end
+    end)
+    for i = 1, 200 do assert.are.equal(i * 1000 + 55, sums[i]) end
+    assert.are.equal(2000, pool:stats().succeeded)
+    pool:close()
+  end)
+
+  it("raises a call of a batch that the pool refuses (blocking = false) in the coroutine that made it", function()
+    local gate = Gate.new()
+    local strict = vmpool.new { core = 2, max_noncore = 0, blocking = false, init = Gate.CHILD }
+    strict:compile("c", CHUNK)
+    local held, second_ran
+    local ok, err = pcall(vmpool.run, function()
+      vmpool.spawn(function()
+        strict:co_invoke("c", "gate", gate.port, "a")
+        -- resumed in one batch with b's coroutine: this call waits for the batch's end, when
+        -- the pool refuses it, since the gates hold both states
+        strict:co_invoke("c", "echo", "a2")
+        second_ran = true
+      end)
+      vmpool.spawn(function() strict:co_invoke("c", "gate", gate.port, "b") end)
+      vmpool.spawn(function()
+        gate:arrivals(2)
+        gate:release()
+        -- both finish before the driver waits again, so that one wake-up takes both
+        assert.is_truthy(Gate.eventually(function() return strict:stats().succeeded == 2 end))
+        held = { strict:submit("c", "gate", gate.port, 1), strict:submit("c", "gate", gate.port, 2) }
+        gate:arrivals(2)
+      end)
+    end)
+    assert.is_false(ok)
+    assert.matches("vmpool: pool exhausted", err)
+    assert.is_nil(second_ran)
+    gate:release()
+    assert.are.equal(1, held[1]:wait())
+    assert.are.equal(2, held[2]:wait())
+    gate:close()
+    strict:close()
+  end)
+
   it("propagates a failing coroutine's error with its traceback", function()
     local ok, err = pcall(vmpool.run, function()
       vmpool.spawn(function() error("spawned failure") end)

@@ -16,13 +16,14 @@ use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::call::{deadline_after, Call};
+use crate::call::{deadline_after, Call, Outcome};
 use crate::host::call_cache::CallCache;
 use crate::host::call_io::{push_outcome, PoolHandle};
 use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged, UV_DRIVER};
 use crate::lua::{State, TNUMBER, TTABLE};
 use crate::notify::{Notifier, Subscriber};
+use crate::pool::{Pool, Posting};
 use crate::token_map::TokenSupply;
 use crate::Error;
 
@@ -34,7 +35,16 @@ pub struct DriverHandle {
     cache: CallCache,
     /// Reused between waits.
     tokens: Vec<u64>,
+    /// Between `_batch(true)` and `_flush`: `submit` files calls in `outbox`.
+    batching: bool,
+    outbox: Vec<(Arc<Pool>, Arc<Call>, u64)>,
+    /// Reused by `_flush`.
+    postings: Vec<Posting>,
 }
+
+/// A batch's calls are handed to the pools at least this often, so that workers start on the
+/// first ones while the driver still resumes the rest of its coroutines.
+const FLUSH_EVERY: usize = 64;
 
 #[derive(Default)]
 struct Slot {
@@ -54,11 +64,28 @@ impl DriverHandle {
     /// Gives `call` a token (a free slot, or a new one) and subscribes it, so that the token
     /// comes back from `driver:wait` when the call finishes (at once if it already has).
     fn watch(&mut self, call: Arc<Call>) -> u64 {
+        let token = self.file(call.clone());
+        self.subscribe(&call, token);
+        token
+    }
+
+    /// Gives `call` a token (a free slot, or a new one), not subscribed yet.
+    fn file(&mut self, call: Arc<Call>) -> u64 {
         let token = self.supply.take();
         let slot = token as usize - 1;
         if slot == self.slots.len() {
             self.slots.push(Slot::default());
         }
+        self.slots[slot] = Slot {
+            call: Some(call),
+            delivered: false,
+            taken: false,
+        };
+        token
+    }
+
+    /// `token` comes back from `driver:wait` when `call` finishes (at once if it already has).
+    fn subscribe(&self, call: &Call, token: u64) {
         let subscriber = Subscriber::Queue {
             notifier: self.notifier.clone(),
             token,
@@ -67,12 +94,6 @@ impl DriverHandle {
             // finished already: queue its token ourselves
             self.notifier.push(token);
         }
-        self.slots[slot] = Slot {
-            call: Some(call),
-            delivered: false,
-            taken: false,
-        };
-        token
     }
 
     /// The slot of a token from Lua.
@@ -121,6 +142,9 @@ fn new_impl(st: State) -> Result<c_int, Error> {
         supply: TokenSupply::default(),
         cache: CallCache::default(),
         tokens: Vec::new(),
+        batching: false,
+        outbox: Vec::new(),
+        postings: Vec::new(),
     };
     userdata::push(st, h, UV_DRIVER)?;
     Ok(1)
@@ -137,6 +161,18 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
             Error::BadArgument("expected a pool (call it as pool:co_invoke(...))".into())
         })?;
     let call = pool.prepare_with(st, 3, "co_invoke", Some(&mut d.cache))?;
+    if d.batching {
+        // subscribed now, handed to the pool at the flush (a call that is refused then
+        // finishes with the error, which its coroutine's `result` raises)
+        let token = d.file(call.clone());
+        d.outbox.push((pool.pool.clone(), call, token));
+        if d.outbox.len() >= FLUSH_EVERY {
+            flush_outbox(d);
+        }
+        st.set_top(0);
+        st.push_integer(token as i64);
+        return Ok(1);
+    }
     if let Err(e) = pool.pool.submit(call.clone()) {
         d.cache.put(call);
         return Err(e);
@@ -145,6 +181,41 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
     st.set_top(0);
     st.push_integer(token as i64);
     Ok(1)
+}
+
+/// Hands the outbox's calls to their pools; idle workers are woken once every call is filed.
+fn flush_outbox(d: &mut DriverHandle) {
+    let mut postings = std::mem::take(&mut d.postings);
+    let mut outbox = std::mem::take(&mut d.outbox);
+    for (pool, call, token) in outbox.drain(..) {
+        match pool.submit_later(call.clone()) {
+            Ok(Some(posting)) => postings.push(posting),
+            Ok(None) => {}
+            Err(e) => call.finish(Outcome::Err(e)),
+        }
+        d.subscribe(&call, token);
+    }
+    d.outbox = outbox;
+    postings.clear(); // wakes the workers
+    d.postings = postings;
+}
+
+crate::lua_function!(pub fn batch => batch_impl);
+/// `driver:_batch()`: `submit` files calls until `_flush`.
+fn batch_impl(st: State) -> Result<c_int, Error> {
+    handle(st)?.batching = true;
+    Ok(0)
+}
+
+crate::lua_function!(pub fn flush => flush_impl);
+/// `driver:_flush()`: ends the batch and hands its calls to their pools.
+fn flush_impl(st: State) -> Result<c_int, Error> {
+    let d = handle(st)?;
+    d.batching = false;
+    if !d.outbox.is_empty() {
+        flush_outbox(d);
+    }
+    Ok(0)
 }
 
 crate::lua_function!(pub fn result => result_impl);
@@ -158,7 +229,11 @@ fn result_impl(st: State) -> Result<c_int, Error> {
         .ok_or_else(|| Error::Internal("vmpool.run: call token used twice".into()))?;
     d.taken(slot);
     if !call.is_done() {
-        // resumed early (by user code): wait for it rather than hand out nothing
+        // resumed early (by user code): wait for it rather than hand out nothing, once it is
+        // in its pool (it may be in the batch being filed)
+        if !d.outbox.is_empty() {
+            flush_outbox(d);
+        }
         crate::host::call_io::RESULT_WAIT.with(|spin| call.wait(None, spin));
     }
     st.set_top(0);

@@ -109,6 +109,8 @@ const DRIVER_METHODS: Methods = &[
     ("wait", driver_api::wait),
     ("_watch", driver_api::watch),
     ("_unwatch", driver_api::unwatch),
+    ("_batch", driver_api::batch),
+    ("_flush", driver_api::flush),
 ];
 const DRIVER_META: Methods = &[("__gc", driver_api::gc)];
 const MAP_METHODS: Methods = &[

@@ -80,6 +80,7 @@ end
 local Native = native.driver_methods
 local native_submit, native_result, native_wait = Native.submit, Native.result, Native.wait
 local native_watch, native_unwatch = Native._watch, Native._unwatch
+local native_batch, native_flush = Native._batch, Native._flush
 
 
 function Driver:spawn(fn, ...)
@@ -290,6 +291,7 @@ function M.run(fn, ...)
       -- another one
       local woken, woken_tokens = d.woken, d.woken_tokens
       d.nwoken = 0
+      native_batch(d.native)
       for i = 1, nwoken do
         local co = woken[i]
         woken[i] = nil
@@ -301,6 +303,7 @@ function M.run(fn, ...)
           end
         end
       end
+      native_flush(d.native)
     end
     if ready[1] ~= nil then
       d.ready, d.spare = d.spare, ready
