@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::call::{deadline_after, Call, Outcome};
 use crate::host::call_cache::CallCache;
 use crate::host::call_io::{push_outcome, PoolHandle};
+use crate::host::notifier_api::FLUSH_EVERY;
 use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged, UV_DRIVER};
 use crate::lua::{State, TNUMBER, TTABLE};
@@ -35,16 +36,13 @@ pub struct DriverHandle {
     cache: CallCache,
     /// Reused between waits.
     tokens: Vec<u64>,
-    /// Between `_batch(true)` and `_flush`: `submit` files calls in `outbox`.
+    /// Between `_batch()` and `_flush()`: `submit` files calls in `outbox` (each with its pool
+    /// and token), handed to the pools every `FLUSH_EVERY` calls and at `_flush()`.
     batching: bool,
     outbox: Vec<(Arc<Pool>, Arc<Call>, u64)>,
     /// Reused by `_flush`.
     postings: Vec<Posting>,
 }
-
-/// A batch's calls are handed to the pools at least this often, so that workers start on the
-/// first ones while the driver still resumes the rest of its coroutines.
-const FLUSH_EVERY: usize = 64;
 
 #[derive(Default)]
 struct Slot {
@@ -162,8 +160,8 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
         })?;
     let call = pool.prepare_with(st, 3, "co_invoke", Some(&mut d.cache))?;
     if d.batching {
-        // subscribed now, handed to the pool at the flush (a call that is refused then
-        // finishes with the error, which its coroutine's `result` raises)
+        // filed under its token now; handed to its pool and subscribed at the flush (a call
+        // the pool refuses then finishes with the error, which its coroutine's `result` raises)
         let token = d.file(call.clone());
         d.outbox.push((pool.pool.clone(), call, token));
         if d.outbox.len() >= FLUSH_EVERY {

@@ -97,8 +97,9 @@ struct Batch {
 }
 
 /// A batch's deferred calls are submitted at least this often, so that workers start on the first
-/// ones while the loop still resumes the rest of its coroutines.
-const FLUSH_EVERY: usize = 64;
+/// ones while the loop still resumes the rest of its coroutines (the notifier's batches, and
+/// `vmpool.run`'s in `driver_api.rs`).
+pub(crate) const FLUSH_EVERY: usize = 64;
 
 impl NotifierHandle {
     /// Whether it was made with `_notifier(true)` in another process (before a `fork()`).
