@@ -164,6 +164,9 @@ function Driver:stepped(co, ok, first)
     end
     self.strays[co] = nil
     if not ok then
+      -- the calls already made in this wake-up's batch go to the pool, like every call in
+      -- flight when a run fails (they finish there; their results are dropped)
+      native_flush(self.native)
       local text = describe(first)
       local tb = debug and debug.traceback and debug.traceback(co, text) or text
       error("vmpool: a coroutine in vmpool.run failed: " .. tb, 0)
