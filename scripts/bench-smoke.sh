@@ -22,6 +22,7 @@ run bench/shared.lua
 run bench/map.lua
 run bench/speedup.lua
 run bench/futures.lua
+run bench/run_throughput.lua
 run bench/tables.lua
 # what bench/callgrind runs under valgrind, here without it: each kind once
 for kind in direct invoke echo10 co_invoke ring run1000 luv cqueues; do
