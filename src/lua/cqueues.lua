@@ -100,7 +100,7 @@ local function dispatch(s)
       local t = tokens[i]
       local cond = waiting[t]
       if cond then
-        waiting[t] = nil
+        waiting[t] = false
         cond_signal(cond)
         signalled = signalled + 1
       else
@@ -133,6 +133,8 @@ local function state_of(cq, key)
   local s = pools[key]
   if s == nil then
     local notifier = native._notifier()
+    -- waiting: token -> the condition its coroutine waits on, or false (never nil: see
+    -- vmpool.lua, "Tables of waiters")
     s = {
       notifier = notifier, waiting = {}, conds = {}, nconds = 0, in_flight = 0, dispatching = false,
     }
@@ -220,7 +222,9 @@ function A.stats()
     for _, s in pairs(pools) do
       if s.dispatching then dispatching = dispatching + 1 end
       in_flight = in_flight + s.in_flight
-      for _ in pairs(s.waiting) do waiting = waiting + 1 end
+      for _, cond in pairs(s.waiting) do
+        if cond then waiting = waiting + 1 end
+      end
       conditions = conditions + s.nconds
     end
   end

@@ -78,7 +78,8 @@ local function worker()
     w = {
       pid = pid,
       notifier = notifier,
-      waiting = {}, -- token -> semaphore of the request waiting for it
+      waiting = {}, -- token -> semaphore of the request waiting for it, or false (never nil: see
+      -- vmpool.lua, "Tables of waiters")
       waiters = 0,
       failed = {}, -- token -> why its waiter was woken without a result (the light thread failed)
       free = {}, -- semaphores ready for reuse (count 0, nobody waiting)
@@ -106,7 +107,7 @@ local function dispatch(w, tokens)
     local t = tokens[i]
     local sem = waiting[t]
     if sem then
-      waiting[t] = nil
+      waiting[t] = false
       w.waiters = w.waiters - 1
       if sem:count() < 0 then
         sem:post(1)
@@ -129,9 +130,11 @@ local function fail_waiters(w, why)
   local waiting = w.waiting
   w.waiting, w.waiters = {}, 0
   for token, sem in pairs(waiting) do
-    w.failed[token] = why
-    w.notifier:_drop(token)
-    sem:post(1)
+    if sem then
+      w.failed[token] = why
+      w.notifier:_drop(token)
+      sem:post(1)
+    end
   end
 end
 
@@ -341,7 +344,7 @@ local function sleep_on(w, token, timeout)
     return why
   end
   if w.waiting[token] == sem then
-    w.waiting[token] = nil
+    w.waiting[token] = false
     w.waiters = w.waiters - 1
   end
   return false, err

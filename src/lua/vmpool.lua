@@ -125,6 +125,14 @@ local function check_not_awaited(fut, awaited)
   end
 end
 
+-- Tables of waiters keyed by call token (`waiting` here, in vmpool.luv, vmpool.cqueues and
+-- vmpool.ngx) mark a token nobody waits for with false, never nil. Tokens are small and dense (a
+-- token is reused once its call is done; src/token_map.rs), so every token stays a key, the table
+-- stops growing at the most calls ever in flight, and Lua keeps it in its array part. Cleared
+-- with nil, the keys come and go: Lua 5.4 rehashed a table of 2,000 tokens about once every 80
+-- calls under vmpool.luv, 19% of the loop thread's instructions per call (callgrind, 10,863 with
+-- nil against 8,816 with false; bench/results/2026-12-03-waiting-tables.md).
+
 -- What the event-loop adapters share with this file (their fourth argument).
 local shared = {
   describe = describe, is_future = is_future, check_future = check_future, check_not_awaited = check_not_awaited,
@@ -133,7 +141,7 @@ local shared = {
 -- A coroutine waiting for `token` was resumed by something other than the driver.
 function Driver:resumed_early(co, token)
   if self.waiting[token] == co then
-    self.waiting[token] = nil
+    self.waiting[token] = false
   end
   -- it may be in the woken list already: the driver then checks before it resumes it; and it
   -- may end under that other code's resume, where the driver does not see it end
@@ -275,7 +283,7 @@ function M.run(fn, ...)
     native = native._driver(),
     ready = {}, -- coroutines to resume in this round
     spare = {}, -- the other round's list, reused
-    waiting = {}, -- token -> coroutine waiting for that call
+    waiting = {}, -- token -> coroutine waiting for that call, or false (see above)
     tokens = {}, -- reused buffer for finished tokens
     woken = {}, -- coroutines whose calls finished, to resume next
     woken_tokens = {}, -- woken[i]'s call token, which its resume hands it
@@ -335,7 +343,7 @@ function M.run(fn, ...)
         -- (a token nobody waits for: its coroutine was resumed early and took its call itself)
         local waiter = waiting[t]
         if waiter then
-          waiting[t] = nil
+          waiting[t] = false
           k = k + 1
           woken[k], woken_tokens[k] = waiter, t
         end
