@@ -4,14 +4,15 @@
 -- dispatcher does), against a plain coroutine.resume/yield of 1,000 coroutines from a Lua loop
 -- (what vmpool.run's driver does). No pool, no threads.
 --
--- Usage: lua bench/cqueues_floor.lua [--rounds=N]   (any runtime with lua-cqueues)
+-- Usage: lua bench/cqueues_floor.lua [--rounds=N]   (any runtime with lua-cqueues; BENCH_QUICK=1,
+-- as scripts/bench-smoke.sh runs it, makes 5 rounds)
 package.path = "bench/lib/?.lua;" .. package.path
 local benchlib = require "benchlib"
 local cqueues = require "cqueues"
 local condition = require "cqueues.condition"
 
 local opts = benchlib.options(arg or {})
-local ROUNDS = tonumber(opts.rounds) or 200
+local ROUNDS = tonumber(opts.rounds) or (os.getenv("BENCH_QUICK") == "1" and 5 or 200)
 local N = 1000
 local POLL = cqueues._POLL
 local yield = coroutine.yield

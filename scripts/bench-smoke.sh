@@ -24,6 +24,7 @@ run bench/speedup.lua
 run bench/futures.lua
 run bench/run_throughput.lua
 run bench/tables.lua
+run bench/cqueues_floor.lua
 # what bench/callgrind runs under valgrind, here without it: each kind once
 for kind in direct invoke echo10 co_invoke ring run1000 luv cqueues; do
   run bench/cg.lua --kind="$kind" --n=2000
