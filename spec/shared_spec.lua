@@ -28,6 +28,26 @@ describe("vmpool.shared", function()
       assert.are.equal("v", b:get("k"))
     end)
 
+    it("returns the very same value for the same name within a state", function()
+      local a = vmpool.shared("spec-identity")
+      assert.is_true(rawequal(a, vmpool.shared("spec-identity")))
+      assert.are.equal(a, vmpool.shared("spec-identity", { capacity = a:capacity() }))
+      local by_dict = { [a] = true }
+      assert.is_true(by_dict[vmpool.shared("spec-identity")])
+      assert.is_false(rawequal(a, vmpool.shared("spec-identity-other")))
+    end)
+
+    it("hands a pool state its own handle of the same dictionary, the same value on each call", function()
+      local pool = vmpool.new { core = 1 }
+      pool:compile("same", [[
+        local vmpool = require "vmpool"
+        function same(name) return rawequal(vmpool.shared(name), vmpool.shared(name)), vmpool.shared(name):get("k") end
+      ]])
+      vmpool.shared("spec-identity-state"):set("k", "from the host")
+      assert.are.same({ true, "from the host" }, { pool:invoke("same", "same", "spec-identity-state") })
+      pool:close()
+    end)
+
     it("takes a capacity in bytes or as an nginx size, defaulting to 1 MiB", function()
       assert.are.equal(1048576, fresh():capacity())
       assert.are.equal(65536, fresh({ capacity = 65536 }):capacity())
@@ -123,6 +143,12 @@ describe("vmpool.shared", function()
       assert.matches("^vmpool: bad argument #2 to 'set': a table cannot be stored in a shared dictionary",
         err_of(d.set, d, "k", {}))
       assert.matches("^vmpool: bad argument #2 to 'set': a function cannot be stored", err_of(d.set, d, "k", print))
+      assert.matches("^vmpool: bad argument #2 to 'set': the value is NaN, which cannot be stored",
+        err_of(d.set, d, "k", 0 / 0))
+      assert.matches("^vmpool: bad argument #2 to 'safe_add': the value is NaN", err_of(d.safe_add, d, "n", 0 / 0))
+      assert.matches("^vmpool: bad argument #2 to 'rpush': the value is NaN", err_of(d.rpush, d, "l", 0 / 0))
+      assert.is_nil(d:get("n"))
+      assert.are.equal(0, d:llen("l"))
       assert.matches("^vmpool: bad argument #3 to 'set': 'exptime' must be a non%-negative number",
         err_of(d.set, d, "k", 1, -1))
       assert.matches("^vmpool: bad argument #3 to 'set': 'exptime' must be a non%-negative number",

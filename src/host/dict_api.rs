@@ -159,12 +159,27 @@ fn number_at(st: State, idx: c_int) -> Number {
     }
 }
 
+/// A number to store (a value, a list item) at `idx`. NaN is refused: it equals nothing, itself
+/// included, so a stored NaN could never be compared, counted or found by the code that reads
+/// it back; and it is never what the caller meant to store.
+fn stored_number(st: State, idx: c_int, method: &str) -> Result<Number, Error> {
+    let n = number_at(st, idx);
+    if n.as_f64().is_nan() {
+        return Err(bad(
+            idx - 1,
+            method,
+            "the value is NaN, which cannot be stored in a shared dictionary".into(),
+        ));
+    }
+    Ok(n)
+}
+
 /// A value to store: nil (`None`), a boolean, a number or a string.
 fn value(st: State, idx: c_int, method: &str) -> Result<Option<Scalar>, Error> {
     Ok(Some(match st.type_of(idx) {
         TNIL | crate::lua::TNONE => return Ok(None),
         TBOOLEAN => Scalar::Bool(st.to_boolean(idx)),
-        TNUMBER => Scalar::Num(number_at(st, idx)),
+        TNUMBER => Scalar::Num(stored_number(st, idx, method)?),
         TSTRING => Scalar::Str(copy(st.string_bytes(idx), method)?),
         t => {
             let hint = if t == TTABLE {
@@ -347,7 +362,29 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
     };
     let opts = options(st, 2)?;
     let named = registry::open(&name, opts)?;
-    ensure_stack(st, 6)?;
+    ensure_stack(st, 8)?;
+    // One handle per dictionary in each state: `vmpool.shared(name)` called twice returns the
+    // very same value (equal under `==` and `rawequal`, the same key in a table), as
+    // `ngx.shared.DICT` does. The handles are cached weakly: a dictionary nobody holds in this
+    // state lets its handle be collected.
+    st.push_value(1);
+    protected(
+        st,
+        1,
+        || "looking up the state's shared dictionary handles".into(),
+        &mut |st| {
+            push_handles(st);
+            st.push_value(1);
+            st.raw_get(-2);
+            1
+        },
+    )?;
+    if let Some(cached) = userdata::get::<SharedHandle>(st, -1).and_then(|b| b.get()) {
+        if Arc::ptr_eq(&cached.named, &named) {
+            return Ok(1);
+        }
+    }
+    st.pop(1);
     // the runner of protected calls goes in as an argument: the methods close over it
     st.push_value(crate::lua::RUNNER_UPVALUE);
     protected(
@@ -361,7 +398,41 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
     )?;
     let mt = st.top();
     userdata::push(st, SharedHandle { named }, mt)?;
+    st.push_value(1);
+    st.push_value(-2);
+    protected(
+        st,
+        2,
+        || "keeping the state's shared dictionary handle".into(),
+        &mut |st| {
+            push_handles(st);
+            st.push_value(1);
+            st.push_value(2);
+            st.raw_set(-3);
+            0
+        },
+    )?;
     Ok(1)
+}
+
+/// The registry field of each state's table of dictionary handles, name -> handle.
+const HANDLES_KEY: &str = "vmpool.shared.handles";
+
+/// Pushes this state's table of dictionary handles (weak values), creating it on first use.
+/// Allocates: runs inside a protected call.
+fn push_handles(st: State) {
+    st.push_registry();
+    if st.raw_get_str(-1, HANDLES_KEY) != TTABLE {
+        st.pop(1);
+        st.create_table(0, 4);
+        st.create_table(0, 1);
+        st.push_str("v");
+        st.raw_set_str(-2, "__mode");
+        st.set_metatable(-2);
+        st.push_value(-1);
+        st.raw_set_str(-3, HANDLES_KEY);
+    }
+    st.remove(-2);
 }
 
 /// Reads `{ capacity = bytes | "10m", shards = n }` at `idx` (nil = defaults).
@@ -680,7 +751,7 @@ fn push_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
     let d = this(st, method)?;
     let k = key(st, 2, method)?;
     let item = match st.type_of(3) {
-        TNUMBER => Item::Num(number_at(st, 3)),
+        TNUMBER => Item::Num(stored_number(st, 3, method)?),
         TSTRING => Item::Str(copy(st.string_bytes(3), method)?),
         t => {
             return Err(bad(

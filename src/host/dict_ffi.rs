@@ -229,6 +229,8 @@ pub unsafe extern "C" fn vmpool_dict_store(
         VALUE_NIL if mode == Mode::Set => None,
         VALUE_FALSE => Some(Scalar::Bool(false)),
         VALUE_TRUE => Some(Scalar::Bool(true)),
+        // NaN is refused: the C function raises the error
+        VALUE_NUMBER if num.is_nan() => return FALLBACK,
         VALUE_NUMBER => Some(Scalar::Num(Number::Float(num))),
         VALUE_STRING => {
             // SAFETY: guaranteed by the caller.
