@@ -19,7 +19,7 @@ use std::ffi::{c_char, c_int, c_void};
 
 use crate::host::dict_api::SharedHandle;
 use crate::host::userdata;
-use crate::shared::dict::{self, Found, Kind, Mode, Number, Scalar};
+use crate::shared::dict::{self, Found, Kind, Mode, Number, Scalar, ValueSink};
 
 /// Not handled here: call the method's C function.
 pub const FALLBACK: c_int = -1;
@@ -47,12 +47,6 @@ pub const NUMBER: c_int = 3;
 pub const STRING: c_int = 4;
 /// The string did not fit: `len` says how long it is; the caller retries with a buffer that large.
 pub const STRING_TOO_LONG: c_int = 5;
-
-thread_local! {
-    /// The bytes of the last string found, reused (copied out under the shard's lock, then into
-    /// the caller's buffer).
-    static BYTES: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
 
 /// The dictionary of the handle whose payload is at `ud`, if it is usable in this process.
 ///
@@ -104,9 +98,13 @@ pub unsafe extern "C" fn vmpool_dict_get(
     let key = unsafe { bytes(key, klen) };
     // SAFETY: guaranteed by the caller.
     let out = unsafe { &mut *out };
-    let mut found_bytes = BYTES.with(|b| b.take());
-    let found = named.dict.get_into(key, stale != 0, &mut found_bytes);
-    let code = match found {
+    let mut sink = CallerBuffer {
+        buf: buf as *mut u8,
+        cap,
+        len: 0,
+    };
+    let found = named.dict.get_into(key, stale != 0, &mut sink);
+    match found {
         Found::Missing => MISSING,
         Found::List | Found::NoMemory => FALLBACK,
         Found::Value {
@@ -128,17 +126,8 @@ pub unsafe extern "C" fn vmpool_dict_get(
                     NUMBER
                 }
                 Kind::Str => {
-                    out.len = found_bytes.len() as f64;
-                    if found_bytes.len() <= cap {
-                        // SAFETY: `buf` has `cap` writable bytes (the caller's guarantee), at
-                        // least the string's length; the thread-local vector does not overlap it.
-                        unsafe {
-                            std::ptr::copy_nonoverlapping(
-                                found_bytes.as_ptr(),
-                                buf as *mut u8,
-                                found_bytes.len(),
-                            )
-                        };
+                    out.len = sink.len as f64;
+                    if sink.len <= cap {
                         STRING
                     } else {
                         STRING_TOO_LONG
@@ -146,11 +135,30 @@ pub unsafe extern "C" fn vmpool_dict_get(
                 }
             }
         }
-    };
-    if found_bytes.capacity() <= 64 * 1024 {
-        BYTES.with(|b| b.set(found_bytes)); // big values do not stay resident
     }
-    code
+}
+
+/// The FFI caller's buffer as the sink of a string value: the bytes go straight into it if they
+/// fit (one copy, no thread-local vector); their length is kept either way, so that the caller
+/// can ask again with a buffer of that size.
+struct CallerBuffer {
+    buf: *mut u8,
+    cap: usize,
+    len: usize,
+}
+
+impl ValueSink for CallerBuffer {
+    fn put(&mut self, bytes: &[u8]) -> bool {
+        self.len = bytes.len();
+        if bytes.len() <= self.cap {
+            // SAFETY: `buf` has `cap` writable bytes (the caller's guarantee for the duration of
+            // `vmpool_dict_get`, which owns this sink), at least `bytes.len()`; `bytes` is the
+            // dictionary's own memory (a shard's entry or a read-cache copy), which never overlaps
+            // a buffer the Lua side allocated.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.buf, bytes.len()) };
+        }
+        true
+    }
 }
 
 /// What `vmpool_dict_store` answers besides its return code (the layout `dict_ffi.lua` declares).

@@ -120,13 +120,24 @@ pub fn try_copy(b: &[u8]) -> Option<Box<[u8]>> {
 
 /// Replaces `out`'s contents with `bytes`; false when the system refuses the memory (fallible:
 /// a value may be as large as the capacity).
-fn copy_into(out: &mut Vec<u8>, bytes: &[u8]) -> bool {
-    out.clear();
-    if out.try_reserve(bytes.len()).is_err() {
-        return false;
+/// Where [`Dict::get_into`] puts a string value's bytes, while it still holds them (under the
+/// shard's read lock, or from a validated read of the read cache).
+pub trait ValueSink {
+    /// Takes a copy of `bytes`; false if the memory for it was refused.
+    fn put(&mut self, bytes: &[u8]) -> bool;
+}
+
+/// A vector reused across calls: cleared, then filled (a caller that reuses one copies without
+/// allocating).
+impl ValueSink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) -> bool {
+        self.clear();
+        if self.try_reserve(bytes.len()).is_err() {
+            return false;
+        }
+        self.extend_from_slice(bytes);
+        true
     }
-    out.extend_from_slice(bytes);
-    true
 }
 
 /// An element of a list.
@@ -622,10 +633,11 @@ impl Dict {
         }
     }
 
-    /// [`Dict::get`] with a string's bytes copied into `out` (cleared first), so that a caller
-    /// that reuses one buffer copies without allocating: the bytes must leave the shard's lock
-    /// before they go into a Lua state, which can run finalizers that use this dictionary.
-    pub fn get_into(&self, key: &[u8], stale: bool, out: &mut Vec<u8>) -> Found {
+    /// [`Dict::get`] with a string's bytes handed to `out` ([`ValueSink`]): a reused vector, or
+    /// the FFI caller's buffer, so that a caller copies without allocating. The bytes must leave
+    /// the shard's lock before they go into a Lua state, which can run finalizers that use this
+    /// dictionary.
+    pub fn get_into(&self, key: &[u8], stale: bool, out: &mut impl ValueSink) -> Found {
         let (own, hash) = self.locate(key);
         if !stale {
             if let Some(hit) = self.shards[own].cache.read(hash, key, || self.now()) {
@@ -634,7 +646,7 @@ impl Dict {
                     HitValue::Int(i) => Kind::Num(Number::Int(i)),
                     HitValue::Float(f) => Kind::Num(Number::Float(f)),
                     HitValue::Str { .. } => {
-                        if !copy_into(out, hit.value.bytes()) {
+                        if !out.put(hit.value.bytes()) {
                             return Found::NoMemory;
                         }
                         Kind::Str
@@ -662,7 +674,7 @@ impl Dict {
             Stored::Scalar(Scalar::Bool(b)) => Kind::Bool(*b),
             Stored::Scalar(Scalar::Num(n)) => Kind::Num(*n),
             Stored::Scalar(Scalar::Str(s)) => {
-                if !copy_into(out, s) {
+                if !out.put(s) {
                     return Found::NoMemory;
                 }
                 Kind::Str
