@@ -118,8 +118,6 @@ pub fn try_copy(b: &[u8]) -> Option<Box<[u8]>> {
     Some(v.into_boxed_slice())
 }
 
-/// Replaces `out`'s contents with `bytes`; false when the system refuses the memory (fallible:
-/// a value may be as large as the capacity).
 /// Where [`Dict::get_into`] puts a string value's bytes, while it still holds them (under the
 /// shard's read lock, or from a validated read of the read cache).
 pub trait ValueSink {
@@ -127,8 +125,9 @@ pub trait ValueSink {
     fn put(&mut self, bytes: &[u8]) -> bool;
 }
 
-/// A vector reused across calls: cleared, then filled (a caller that reuses one copies without
-/// allocating).
+/// A vector reused across calls: its contents replaced by the bytes (a caller that reuses one
+/// copies without allocating); false when the system refuses the memory (fallible: a value may
+/// be as large as the capacity).
 impl ValueSink for Vec<u8> {
     fn put(&mut self, bytes: &[u8]) -> bool {
         self.clear();
