@@ -93,4 +93,46 @@ function Gate.threads_back_to(n, timeout)
   end, timeout) or Gate.threads()
 end
 
+-- The threads of this process (Linux) by id: { [tid] = name }. What a test compares before and
+-- after a pool lives, rather than counts: a count taken while an earlier test's joined thread
+-- is still being removed by the kernel (see threads_back_to) is one too high, and a later count
+-- then looks like one thread too few.
+function Gate.thread_ids()
+  local stat = assert(io.open("/proc/self/stat"))
+  local pid = stat:read("*l"):match("^(%d+)")
+  stat:close()
+  local dir = "/proc/" .. pid .. "/task"
+  local ls = assert(io.popen("ls " .. dir))
+  local ids = {}
+  for tid in ls:lines() do
+    local f = io.open(dir .. "/" .. tid .. "/comm")
+    if f then -- (gone meanwhile otherwise)
+      ids[tid] = f:read("*l")
+      f:close()
+    end
+  end
+  ls:close()
+  return ids
+end
+
+-- The threads alive now that were not in `before` (a table of Gate.thread_ids()), as a sorted
+-- list of "tid name".
+function Gate.new_threads(before)
+  local list = {}
+  for tid, name in pairs(Gate.thread_ids()) do
+    if before[tid] == nil then list[#list + 1] = tid .. " " .. tostring(name) end
+  end
+  table.sort(list)
+  return list
+end
+
+-- The threads not in `before` that are still alive once none is, or after `timeout` seconds
+-- (default 10): an empty list when every thread started since `before` has gone.
+function Gate.threads_left(before, timeout)
+  return Gate.eventually(function()
+    local left = Gate.new_threads(before)
+    return #left == 0 and left
+  end, timeout) or Gate.new_threads(before)
+end
+
 return Gate
