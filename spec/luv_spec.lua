@@ -268,17 +268,101 @@ describe("vmpool.luv", function()
       "vmpool: bad argument #1 to 'vmpool.luv.await': expected a future (from pool:submit), got string")
   end)
 
-  it("refuses a second coroutine awaiting the same future", function()
+  it("wakes every coroutine that awaits the same future, each with its results", function()
     local fut = pool:submit("c", "gate", gate.port, 1)
-    local first
+    local first, second
     vluv.spawn(function() first = vluv.await(fut) end)
-    local ok, err = pcall(vluv.spawn, function() vluv.await(fut) end)
-    assert.is_false(ok)
-    assert.matches("this future is already awaited by another coroutine", err)
+    vluv.spawn(function() second = vluv.await(fut) end)
     gate:arrivals(1)
     gate:release()
     run_loop()
     assert.are.equal(1, first)
+    assert.are.equal(1, second)
+    assert.are.equal(0, vluv.stats().in_flight)
+    assert.are.equal(0, vluv.stats().watchers)
+  end)
+
+  it("wakes a coroutine awaiting a future that fut:pollfd() subscribed too", function()
+    local fut = pool:submit("c", "gate", gate.port, 1)
+    local got
+    vluv.spawn(function() got = vluv.await(fut) end)
+    assert.is_number(fut:pollfd())
+    gate:arrivals(1)
+    gate:release()
+    run_loop()
+    assert.are.equal(1, got)
+    assert.are.equal(0, vluv.stats().watchers)
+  end)
+
+  it("lets a future be awaited again after a foreign resume, and the loop still ends", function()
+    local fut = pool:submit("c", "gate", gate.port, 1)
+    local co = vluv.spawn(function() return vluv.await(fut) end)
+    local ok, err = coroutine.resume(co)
+    assert.is_false(ok)
+    assert.matches("something other than vmpool.luv resumed that coroutine", err)
+    assert.are.equal(0, vluv.stats().in_flight, "the abandoned wait no longer counts as in flight")
+    local got
+    vluv.spawn(function() got = vluv.await(fut) end)
+    gate:arrivals(1)
+    gate:release()
+    run_loop()
+    assert.are.equal(1, got)
+    assert.are.equal(0, vluv.stats().in_flight)
+    assert.are.equal(0, vluv.stats().watchers)
+  end)
+
+  it("gives vmpool.luv.on_error every coroutine that failed in one poll callback", function()
+    local caught = {}
+    vluv.on_error = function(msg) caught[#caught + 1] = msg end
+    local futs = { pool:submit("c", "gate", gate.port, 1), pool:submit("c", "gate", gate.port, 2) }
+    for i = 1, 2 do
+      vluv.spawn(function() vluv.await(futs[i]) error("boom" .. i, 0) end)
+    end
+    gate:arrivals(2)
+    gate:release()
+    -- both finish before the loop runs, so that one poll callback resumes both
+    assert.is_truthy(Gate.eventually(function() return futs[1]:ready() and futs[2]:ready() end))
+    local before = vluv.stats()
+    run_loop()
+    assert.are.equal(1, delta(before).wakeups)
+    assert.are.equal(2, #caught)
+    table.sort(caught)
+    assert.matches("failed: boom1", caught[1])
+    assert.matches("failed: boom2", caught[2])
+  end)
+
+  it("raises every failure of one poll callback in one error when there is no on_error", function()
+    -- luv ends the process on an error raised in its callback: a fresh interpreter
+    local Sub = require "spec.support.subprocess"
+    local out = Sub.run([[
+      local vluv = require "vmpool.luv"
+      local pool = require("vmpool").new { core = 2 }
+      pool:compile("c", "function slow(x) local t = os.clock() while os.clock() - t < 0.05 do end return x end")
+      local futs = { pool:submit("c", "slow", 1), pool:submit("c", "slow", 2) }
+      for i = 1, 2 do
+        vluv.spawn(function() vluv.await(futs[i]) error("boom" .. i, 0) end)
+      end
+      futs[1]:wait() futs[2]:wait() -- both finish before the loop runs: one poll callback
+      vluv.loop.run()
+    ]])
+    assert.matches("boom1", out)
+    assert.matches("boom2", out)
+    assert.matches("1 more coroutine%(s%) of vmpool.luv.spawn failed in the same poll callback", out)
+  end)
+
+  it("raises its own errors as plain vmpool: messages, without a position", function()
+    local function err_of(f, ...)
+      local ok, e = pcall(f, ...)
+      assert.is_false(ok)
+      return e
+    end
+    local function caller() return vluv.spawn(5) end -- a Lua caller, where a level would add one
+    assert.are.equal("vmpool: bad argument #1 to 'vmpool.luv.spawn': expected a function, got number",
+      err_of(caller))
+    local function awaits() return vluv.await("x") end
+    assert.matches("^vmpool: bad argument #1 to 'vmpool.luv.await'", err_of(awaits))
+    local function dot() return pool.co_invoke("c", "echo") end
+    assert.matches("^vmpool: bad argument #1 to 'co_invoke'", err_of(dot))
   end)
 
   it("blocks like invoke in a coroutine it did not start", function()

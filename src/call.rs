@@ -10,7 +10,7 @@
 //!   QUEUED / ASSIGNED --cancel, acquire timeout, close--> CLAIMED --> DONE
 //! ```
 //!
-//! Whoever reaches DONE wakes the waiter (if one is parked on the call) and the subscriber (a
+//! Whoever reaches DONE wakes the waiter (if one is parked on the call) and the subscribers (a
 //! scheduler's notifier, if the call was subscribed to one).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use crate::chunk::Chunk;
-use crate::notify::Subscriber;
+use crate::notify::{Subscriber, SubscriberId, Subscribers};
 use crate::spin::AdaptiveSpin;
 use crate::sys::INTERRUPT_CHECK;
 use crate::Error;
@@ -34,7 +34,7 @@ pub const DONE: u32 = 5;
 const PHASE: u32 = 0b111;
 /// A thread is (about to be) parked on this call.
 const WAITER: u32 = 1 << 3;
-/// `data.subscriber` is set: notify it on completion.
+/// `data.subscribers` has (or had) someone: notify them on completion.
 const SUBSCRIBED: u32 = 1 << 4;
 
 /// What a call ended with.
@@ -72,7 +72,8 @@ pub struct CallData {
     pub buf: Vec<u8>,
     /// When a queued call stops waiting for a state.
     pub acquire_deadline: Option<Instant>,
-    pub subscriber: Option<Subscriber>,
+    /// Who to tell when the call finishes.
+    pub subscribers: Subscribers,
     /// A [`Job::Map`] batch: how many items ran to the end, whose results are in `buf` (or, for
     /// a batch that failed at an item, in `data.buf` under the error).
     pub items_done: u32,
@@ -104,7 +105,7 @@ impl Default for Call {
                 func: Vec::new(),
                 buf: Vec::new(),
                 acquire_deadline: None,
-                subscriber: None,
+                subscribers: Subscribers::None,
                 items_done: 0,
             }),
             result: OnceLock::new(),
@@ -135,7 +136,7 @@ impl Call {
         d.func.clear();
         d.buf.clear();
         d.acquire_deadline = None;
-        d.subscriber = None;
+        d.subscribers = Subscribers::None;
         d.items_done = 0;
     }
 
@@ -196,12 +197,10 @@ impl Call {
             crate::sys::futex_wake(&self.state, i32::MAX);
         }
         if old & SUBSCRIBED != 0 {
-            // `subscribe` stores the subscriber before it sets the flag, so it is there (unless
-            // `unsubscribe` took it back)
-            let subscriber = self.data.lock().subscriber.take();
-            if let Some(s) = subscriber {
-                s.notify();
-            }
+            // `subscribe` stores a subscriber before it sets the flag, so it is there (unless
+            // `unsubscribe` took it back); notified outside the lock
+            let subscribers = std::mem::take(&mut self.data.lock().subscribers);
+            subscribers.notify();
         }
     }
 
@@ -214,26 +213,28 @@ impl Call {
         }
     }
 
-    /// Asks to be notified when the call is done. Returns false (and keeps nothing) if it already
-    /// is: then the caller handles it at once.
+    /// Asks to be notified when the call is done (besides whoever asked before). Returns false
+    /// (and keeps nothing) if it already is: then the caller handles it at once.
     pub fn subscribe(&self, subscriber: Subscriber) -> bool {
         if self.is_done() {
             return false;
         }
-        self.data.lock().subscriber = Some(subscriber);
+        let id = subscriber.id();
+        self.data.lock().subscribers.add(subscriber);
         let old = self.state.fetch_or(SUBSCRIBED, Ordering::AcqRel);
         if old & PHASE == DONE {
-            // finished between the check and the flag: the finisher did not see the subscriber
-            self.data.lock().subscriber = None;
-            return false;
+            // finished meanwhile. If the finisher did not take this subscriber (it took the
+            // others before it was stored, or the flag was not set yet), the caller handles the
+            // completion; if it did, the notification comes, and the caller must not.
+            return !self.data.lock().subscribers.remove(id);
         }
         true
     }
 
-    /// Drops the subscription of a call. False if the call already finished (or is finishing)
-    /// and its subscriber was, or is about to be, notified.
-    pub fn unsubscribe(&self) -> bool {
-        self.data.lock().subscriber.take().is_some()
+    /// Drops the subscription `id`. False if it is not there: the call already finished (or is
+    /// finishing) and the subscriber was, or is about to be, notified.
+    pub fn unsubscribe(&self, id: SubscriberId) -> bool {
+        self.data.lock().subscribers.remove(id)
     }
 
     /// Waits until the call is done or `deadline` passes; true if done.

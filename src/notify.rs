@@ -37,6 +37,78 @@ impl Subscriber {
             Subscriber::Poll(signal) => signal.raise(),
         }
     }
+
+    /// What tells this subscriber apart from the others of the same call.
+    pub fn id(&self) -> SubscriberId {
+        match self {
+            Subscriber::Queue { notifier, token } => {
+                SubscriberId::Queue(Arc::as_ptr(notifier), *token)
+            }
+            Subscriber::Poll(signal) => SubscriberId::Poll(Arc::as_ptr(signal)),
+        }
+    }
+}
+
+/// A subscriber's identity: its notifier and token, or its poll signal (compared, never
+/// dereferenced).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum SubscriberId {
+    Queue(*const Notifier, u64),
+    Poll(*const PollSignal),
+}
+
+/// Everyone to tell when one call finishes: nobody, one subscriber (every call of a scheduler,
+/// and most futures), or several: a future awaited by coroutines of two loops, or awaited and
+/// also polled through `fut:pollfd()`. With one slot, the second subscription replaced the first,
+/// whose coroutine then waited forever (and its luv loop never ended). One subscriber needs no
+/// allocation.
+#[derive(Default)]
+pub enum Subscribers {
+    #[default]
+    None,
+    One(Subscriber),
+    Many(Vec<Subscriber>),
+}
+
+impl Subscribers {
+    pub fn add(&mut self, subscriber: Subscriber) {
+        *self = match std::mem::take(self) {
+            Subscribers::None => Subscribers::One(subscriber),
+            Subscribers::One(first) => Subscribers::Many(vec![first, subscriber]),
+            Subscribers::Many(mut all) => {
+                all.push(subscriber);
+                Subscribers::Many(all)
+            }
+        };
+    }
+
+    /// Takes out the subscriber `id`; whether it was there.
+    pub fn remove(&mut self, id: SubscriberId) -> bool {
+        match self {
+            Subscribers::None => false,
+            Subscribers::One(s) if s.id() == id => {
+                *self = Subscribers::None;
+                true
+            }
+            Subscribers::One(_) => false,
+            Subscribers::Many(all) => match all.iter().position(|s| s.id() == id) {
+                Some(i) => {
+                    all.swap_remove(i);
+                    true
+                }
+                None => false,
+            },
+        }
+    }
+
+    /// Tells each of them (the call finished).
+    pub fn notify(self) {
+        match self {
+            Subscribers::None => {}
+            Subscribers::One(s) => s.notify(),
+            Subscribers::Many(all) => all.into_iter().for_each(Subscriber::notify),
+        }
+    }
 }
 
 impl Queue {
@@ -243,6 +315,44 @@ mod tests {
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
             Err(e) => panic!("{e}"),
         }
+    }
+
+    fn queued(n: &Arc<Notifier>, token: u64) -> Subscriber {
+        Subscriber::Queue {
+            notifier: n.clone(),
+            token,
+        }
+    }
+
+    #[test]
+    fn every_subscriber_of_a_call_is_notified_once() {
+        let n = Notifier::new();
+        let mut subs = Subscribers::default();
+        for t in 1..=3 {
+            subs.add(queued(&n, t));
+        }
+        subs.notify();
+        let mut out = Vec::new();
+        n.drain(&mut out);
+        out.sort_unstable();
+        assert_eq!(out, [1, 2, 3]);
+    }
+
+    #[test]
+    fn removing_one_subscriber_keeps_the_others() {
+        let (a, b) = (Notifier::new(), Notifier::new());
+        let mut subs = Subscribers::default();
+        subs.add(queued(&a, 7));
+        subs.add(queued(&b, 7));
+        assert!(subs.remove(SubscriberId::Queue(Arc::as_ptr(&a), 7)));
+        assert!(!subs.remove(SubscriberId::Queue(Arc::as_ptr(&a), 7)), "removed once");
+        assert!(!subs.remove(SubscriberId::Queue(Arc::as_ptr(&b), 8)), "another token");
+        subs.notify();
+        let (mut from_a, mut from_b) = (Vec::new(), Vec::new());
+        a.drain(&mut from_a);
+        b.drain(&mut from_b);
+        assert!(from_a.is_empty());
+        assert_eq!(from_b, [7]);
     }
 
     #[test]

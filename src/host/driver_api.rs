@@ -23,7 +23,7 @@ use crate::host::notifier_api::FLUSH_EVERY;
 use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged, UV_DRIVER};
 use crate::lua::{State, TNUMBER, TTABLE};
-use crate::notify::{Notifier, Subscriber};
+use crate::notify::{Notifier, Subscriber, SubscriberId};
 use crate::pool::{Pool, Posting};
 use crate::token_map::TokenSupply;
 use crate::Error;
@@ -263,7 +263,8 @@ fn unwatch_impl(st: State) -> Result<c_int, Error> {
     let d = handle(st)?;
     let slot = d.slot_of(st, 2, "watch")?;
     if let Some(call) = d.slots[slot].call.take() {
-        if !call.is_done() && call.unsubscribe() {
+        let id = SubscriberId::Queue(Arc::as_ptr(&d.notifier), slot as u64 + 1);
+        if !call.is_done() && call.unsubscribe(id) {
             // unsubscribed before it finished: no completion will come, the slot is free now
             d.slots[slot].taken = true;
             d.supply.free_now(slot as u64 + 1);

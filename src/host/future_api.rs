@@ -13,7 +13,7 @@ use crate::host::call_io::{push_outcome, HostWait};
 use crate::host::protect::push_str;
 use crate::host::userdata;
 use crate::lua::{State, TNIL, TNONE, TNUMBER};
-use crate::notify::{PollSignal, Subscriber};
+use crate::notify::{PollSignal, Subscriber, SubscriberId};
 use crate::pool::Pool;
 use crate::Error;
 
@@ -63,7 +63,8 @@ impl Drop for FutureHandle {
         if let Some(p) = self.poll.take() {
             if !self.claimed {
                 // finished or not, this future will not be looked at again: balance its signal
-                if !self.call().unsubscribe() {
+                // only its own subscription: a coroutine's await may hold another
+                if !self.call().unsubscribe(SubscriberId::Poll(Arc::as_ptr(&p))) {
                     p.claim();
                 }
             }

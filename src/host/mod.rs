@@ -76,6 +76,7 @@ const FUTURE_METHODS: Methods = &[
     ("cancel", future_api::cancel),
     ("pollfd", future_api::pollfd),
     ("_subscribe", notifier_api::subscribe_future),
+    ("_unsubscribe", notifier_api::unsubscribe_future),
 ];
 const FUTURE_META: Methods = &[
     ("__gc", future_api::gc),

@@ -59,7 +59,7 @@ use crate::host::future_api;
 use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_NOTIFIER};
 use crate::lua::{State, TNUMBER};
-use crate::notify::{Doorbell, DoorbellListener, Notifier, Subscriber};
+use crate::notify::{Doorbell, DoorbellListener, Notifier, Subscriber, SubscriberId};
 use crate::pool::{Pool, Posting};
 use crate::token_map::{TokenMap, TokenSupply};
 use crate::Error;
@@ -626,6 +626,33 @@ fn subscribe_future_impl(st: State) -> Result<c_int, Error> {
         handle.unused_token(token);
     }
     st.push_bool(subscribed);
+    Ok(1)
+}
+
+crate::lua_function!(pub fn unsubscribe_future => unsubscribe_future_impl);
+/// `fut:_unsubscribe(notifier, token)` -> whether the subscription was dropped before the call
+/// finished (then `token` never comes back, and is free again); false if its completion was (or
+/// is being) queued, which the loop then drains as usual. For an await that gives up early: left
+/// in place, its token would keep a luv loop's count of calls in flight above zero forever.
+fn unsubscribe_future_impl(st: State) -> Result<c_int, Error> {
+    let f = future_api::handle(st)?;
+    let handle = userdata::get::<NotifierHandle>(st, 2)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument("bad argument #1 to '_unsubscribe': expected a notifier".into())
+        })?;
+    if st.type_of(3) != TNUMBER {
+        return Err(Error::BadArgument(
+            "bad argument #2 to '_unsubscribe': expected a token (number)".into(),
+        ));
+    }
+    let token = st.to_number(3) as u64;
+    let id = SubscriberId::Queue(Arc::as_ptr(&handle.notifier), token);
+    let dropped = f.call().unsubscribe(id);
+    if dropped {
+        handle.unused_token(token);
+    }
+    st.push_bool(dropped);
     Ok(1)
 }
 

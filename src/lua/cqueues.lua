@@ -56,7 +56,6 @@ local A = {}
 -- pool) share the entry FUTURES of their controller
 local loops = setmetatable({}, { __mode = "k" })
 local FUTURES = {}
-local awaited = setmetatable({}, { __mode = "k" }) -- future -> true while a coroutine awaits it
 -- Each token of a notifier keeps its condition (s.conds[token]) for the next call under that
 -- token: tokens are small and reused, and a lookup costs less than a free list's pop and push. A
 -- dispatcher whose calls all finished drops them if more than this many piled up.
@@ -191,7 +190,7 @@ add_loop {
   co_invoke = co_invoke,
 }
 
-local check_future, check_not_awaited = shared.check_future, shared.check_not_awaited
+local check_future = shared.check_future
 
 --- vmpool.cqueues.await(fut): in a coroutine a cqueues controller runs, yields until the future's
 --- call finished, then returns its results (or raises its error). Elsewhere it blocks like
@@ -202,15 +201,12 @@ function A.await(fut)
   if not (managed and coroutine_running() and isyieldable()) then
     return future_wait(fut)
   end
-  check_not_awaited(fut, awaited)
   local s = state_of(cq, FUTURES)
   local token = s.notifier:_token()
   if not fut:_subscribe(s.notifier, token) then
     return future_wait(fut) -- finished already
   end
-  awaited[fut] = true
   sleep_on(cq, s, token)
-  awaited[fut] = nil
   return future_wait(fut)
 end
 

@@ -58,7 +58,6 @@ local driven = setmetatable({}, { __mode = "k" }) -- coroutines started by spawn
 -- entry FUTURES
 local states = setmetatable({}, { __mode = "k" })
 local FUTURES = {}
-local awaited = setmetatable({}, { __mode = "k" }) -- future -> true while a coroutine awaits it
 -- the resume value that says "your call finished" (anything else is someone else's resume)
 local FINISHED = setmetatable({}, { __tostring = function() return "vmpool.luv.finished" end })
 
@@ -98,13 +97,23 @@ local function step(co, ...)
   return failure(co, err)
 end
 
-local function failed(why)
+-- The failures of one poll callback (`whys`, in the order the coroutines ran): each goes to
+-- vmpool.luv.on_error; without a handler one error carries them all.
+local function failed(whys)
   local handler = A.on_error
   if handler then
-    handler(why)
-  else
-    error(why, 0)
+    for i = 1, #whys do
+      handler(whys[i])
+    end
+    return
   end
+  local text = whys[1]
+  if #whys > 1 then
+    text = text .. "\n" .. (#whys - 1) .. " more coroutine(s) of vmpool.luv.spawn failed in the same "
+      .. "poll callback (set vmpool.luv.on_error to get each failure on its own):\n"
+      .. table.concat(whys, "\n", 2)
+  end
+  error(text, 0)
 end
 
 local function close_watcher(s)
@@ -129,7 +138,7 @@ local function dispatcher(s)
     if n == 0 then empty = empty + 1 end
     s.in_flight = s.in_flight - n
     completions = completions + n
-    local why
+    local whys -- the failures, if any (a table only then)
     notifier:_open_batch(0) -- closed below
     for i = 1, n do
       local t = tokens[i]
@@ -140,7 +149,8 @@ local function dispatcher(s)
         -- step(co, FINISHED), inline: one Lua call less per call
         local ok, err = coroutine_resume(co, FINISHED)
         if not ok then
-          why = failure(co, err)
+          whys = whys or {}
+          whys[#whys + 1] = failure(co, err)
         end
       else
         -- its coroutine stopped waiting (resumed early): nobody takes the result
@@ -152,8 +162,8 @@ local function dispatcher(s)
     if s.in_flight == 0 then
       close_watcher(s)
     end
-    if why then
-      failed(why)
+    if whys then
+      failed(whys)
     end
   end
 end
@@ -254,7 +264,7 @@ add_loop {
   co_invoke = co_invoke,
 }
 
-local check_future, check_not_awaited = shared.check_future, shared.check_not_awaited
+local check_future = shared.check_future
 
 --- vmpool.luv.await(fut): in a coroutine of vmpool.luv.spawn, yields until the future's call
 --- finished, then returns its results (or raises its error). Elsewhere it blocks like fut:wait().
@@ -264,7 +274,6 @@ function A.await(fut)
   if not (co and driven[co] and isyieldable()) then
     return future_wait(fut)
   end
-  check_not_awaited(fut, awaited)
   local s = states[FUTURES] or state_of(FUTURES)
   local notifier = s.notifier
   local token = notifier:_token()
@@ -273,13 +282,20 @@ function A.await(fut)
     unwatch(s)
     return future_wait(fut) -- finished already
   end
-  awaited[fut] = true
-  local finished = sleep_on(s, token, co)
-  awaited[fut] = nil
-  if finished or fut:ready() then
+  if sleep_on(s, token, co) then
     return future_wait(fut)
   end
-  error(resumed_early("vmpool.luv.await"), 2)
+  -- resumed by other code: the subscription goes now, unless the completion is queued already
+  -- (then the poll callback drains it as usual); left behind, its token would count as in flight
+  -- for ever, and the loop would never end
+  if fut:_unsubscribe(notifier, token) then
+    s.in_flight = s.in_flight - 1
+    unwatch(s)
+  end
+  if fut:ready() then
+    return future_wait(fut)
+  end
+  error(resumed_early("vmpool.luv.await"), 0)
 end
 
 local function pack(...)
@@ -293,7 +309,7 @@ local unpack = table.unpack or unpack -- luacheck: ignore 143
 --- later one goes to vmpool.luv.on_error (or is raised in the loop's callback).
 function A.spawn(fn, ...)
   if type(fn) ~= "function" then
-    error("vmpool: bad argument #1 to 'vmpool.luv.spawn': expected a function, got " .. type(fn), 2)
+    error("vmpool: bad argument #1 to 'vmpool.luv.spawn': expected a function, got " .. type(fn), 0)
   end
   local co
   if select("#", ...) == 0 then

@@ -609,7 +609,7 @@ do
     local api = copy.ngx_api
     copy.ngx_api = nil
     if api ~= nil and type(api) ~= "boolean" then
-      error("vmpool: option 'ngx_api' to vmpool.new must be a boolean (got " .. type(api) .. ")", 2)
+      error("vmpool: option 'ngx_api' to vmpool.new must be a boolean (got " .. type(api) .. ")", 0)
     end
     if copy.nice == nil then
       copy.nice = native._ngx_nice

@@ -112,16 +112,7 @@ end
 local function check_future(fut, name)
   if not is_future(fut) then
     error("vmpool: bad argument #1 to '" .. name .. "': expected a future (from pool:submit), got "
-      .. type(fut), 3)
-  end
-end
-
--- The adapters' refusal of a second coroutine awaiting a future (`awaited`: their set of the
--- futures a coroutine awaits).
-local function check_not_awaited(fut, awaited)
-  if awaited[fut] then
-    error("vmpool: this future is already awaited by another coroutine; await it in one coroutine "
-      .. "and hand its results to the others", 3)
+      .. type(fut), 0)
   end
 end
 
@@ -135,7 +126,7 @@ end
 
 -- What the event-loop adapters share with this file (their fourth argument).
 local shared = {
-  describe = describe, is_future = is_future, check_future = check_future, check_not_awaited = check_not_awaited,
+  describe = describe, is_future = is_future, check_future = check_future,
 }
 
 -- A coroutine waiting for `token` was resumed by something other than the driver.
@@ -194,7 +185,7 @@ end
 function Pool:co_invoke(chunk, fn, ...)
   if type(self) ~= "userdata" then
     error("vmpool: bad argument #1 to 'co_invoke': expected a pool, got " .. type(self)
-      .. " (call it as pool:co_invoke(...), with a colon)", 2)
+      .. " (call it as pool:co_invoke(...), with a colon)", 0)
   end
   local co = coroutine_running()
   local d = driver_of[co]
@@ -249,7 +240,7 @@ end
 function Pool:co_map(chunk, fn, list, options)
   if type(self) ~= "userdata" then
     error("vmpool: bad argument #1 to 'co_map': expected a pool, got " .. type(self)
-      .. " (call it as pool:co_map(...), with a colon)", 2)
+      .. " (call it as pool:co_map(...), with a colon)", 0)
   end
   local d = driver_of[coroutine_running()]
   if d and isyieldable() then
@@ -274,10 +265,10 @@ end
 --- until all are done; returns fn's results. Sleeps (no CPU) while every coroutine waits.
 function M.run(fn, ...)
   if type(fn) ~= "function" then
-    error("vmpool: bad argument #1 to 'run': expected a function, got " .. type(fn), 2)
+    error("vmpool: bad argument #1 to 'run': expected a function, got " .. type(fn), 0)
   end
   if driver_of[coroutine_running()] then
-    error("vmpool: vmpool.run cannot run inside vmpool.run (use vmpool.spawn)", 2)
+    error("vmpool: vmpool.run cannot run inside vmpool.run (use vmpool.spawn)", 0)
   end
   local d = setmetatable({
     native = native._driver(),
@@ -357,12 +348,12 @@ end
 --- vmpool.spawn(fn, ...): inside vmpool.run, starts fn(...) as another coroutine of the same run.
 function M.spawn(fn, ...)
   if type(fn) ~= "function" then
-    error("vmpool: bad argument #1 to 'spawn': expected a function, got " .. type(fn), 2)
+    error("vmpool: bad argument #1 to 'spawn': expected a function, got " .. type(fn), 0)
   end
   local co = in_coroutine()
   local d = co and driver_of[co]
   if not d then
-    error("vmpool: vmpool.spawn must be called inside vmpool.run", 2)
+    error("vmpool: vmpool.spawn must be called inside vmpool.run", 0)
   end
   d:spawn(fn, ...)
 end

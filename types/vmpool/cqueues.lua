@@ -8,8 +8,8 @@
 local cqueues_adapter = {}
 
 ---In a coroutine a cqueues controller runs, yields until the future's call finished; elsewhere
----blocks like fut:wait(). Returns the call's results. Errors: the call's error; not a future; a
----future another coroutine already awaits.
+---blocks like fut:wait(). Returns the call's results (any number of coroutines may await one
+---future). Errors: the call's error; not a future.
 ---@param fut vmpool.Future
 ---@return any ...
 function cqueues_adapter.await(fut) end

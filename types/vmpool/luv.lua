@@ -1,6 +1,6 @@
 ---@meta vmpool.luv
 -- LuaLS / EmmyLua definitions of require("vmpool.luv"), the luv (libuv) adapter; README.md,
--- section "luv (and Neovim)", is the manual.
+-- section "luv: require \"vmpool.luv\"" (under "Event loops: luv (Neovim), cqueues"), is the manual.
 
 ---The luv adapter: pool:co_invoke and await yield in coroutines of spawn; the luv loop
 ---(uv.run, Neovim's vim.loop) resumes each when its own call finished.
@@ -18,8 +18,8 @@ local luv_adapter = {}
 function luv_adapter.spawn(fn, ...) end
 
 ---In a coroutine of spawn, yields until the future's call finished; elsewhere blocks like
----fut:wait(). Returns the call's results. Errors: the call's error; not a future; a future
----another coroutine already awaits.
+---fut:wait(). Returns the call's results (any number of coroutines may await one future). Errors:
+---the call's error; not a future; the coroutine resumed by other code before the call finished.
 ---@param fut vmpool.Future
 ---@return any ...
 function luv_adapter.await(fut) end
