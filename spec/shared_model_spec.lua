@@ -57,6 +57,7 @@ function Model:live(k)
 end
 
 function Model:deadline(ttl)
+  ttl = tonumber(ttl) -- incr's init_ttl and expire's exptime may be numeric strings
   if not ttl or ttl == 0 then return 0 end
   return self.now + ttl
 end
@@ -93,6 +94,22 @@ local function random_ttl(r)
   return t -- 0 (never), 1 or 2 seconds
 end
 
+-- a TTL where resty.core also takes a numeric string (incr's init_ttl, expire's exptime)
+local function random_ttl_or_string(r)
+  local t = random_ttl(r)
+  if t and r(3) == 0 then return tostring(t) end
+  return t
+end
+
+-- incr's value and init: a number, or (as resty.core's tonumber takes it) a numeric string,
+-- which Lua's arithmetic in the model converts just as the dictionary must (on 5.4 "3" is an
+-- integer, "1.5" a float)
+local function random_delta(r)
+  local delta = r(2) == 0 and r(10) - 5 or (r(10) - 5) / 2
+  if r(4) == 0 then return tostring(delta) end
+  return delta
+end
+
 -- one random operation on both; returns a description for failure messages
 local function step(r, d, m)
   local k = KEYS[r(#KEYS) + 1]
@@ -104,14 +121,23 @@ local function step(r, d, m)
     check(pack(d[name](d, k, v, ttl, flags)), m:store(sk, v, ttl, flags), name)
   elseif op <= 3 then
     local v = random_value(r)
-    if v == nil then v = "not nil" end
     local ttl = random_ttl(r)
     local name = op == 2 and "add" or "safe_add"
-    local want = m:live(sk) and pack(false, "exists", false) or m:store(sk, v, ttl)
+    local want
+    if v == nil then
+      want = pack(false, "attempt to add or replace nil values", false) -- ngx's answer, whatever the key holds
+    else
+      want = m:live(sk) and pack(false, "exists", false) or m:store(sk, v, ttl)
+    end
     check(pack(d[name](d, k, v, ttl)), want, name)
   elseif op == 4 then
-    local v = random_item(r)
-    local want = m:live(sk) and m:store(sk, v) or pack(false, "not found", false)
+    local v = r(8) == 0 and nil or random_item(r)
+    local want
+    if v == nil then
+      want = pack(false, "attempt to add or replace nil values", false)
+    else
+      want = m:live(sk) and m:store(sk, v) or pack(false, "not found", false)
+    end
     check(pack(d:replace(k, v)), want, "replace")
   elseif op == 5 then
     check(pack(d:delete(k)), m:store(sk, nil), "delete")
@@ -136,9 +162,9 @@ local function step(r, d, m)
       check(got, pack(e.value, e.flags ~= 0 and e.flags or nil, not m:live(sk)), "get_stale")
     end
   elseif op <= 10 then
-    local delta = r(2) == 0 and r(10) - 5 or (r(10) - 5) / 2
-    local init = r(2) == 0 and r(10) or nil
-    local init_ttl = init and random_ttl(r) or nil
+    local delta = random_delta(r)
+    local init = r(2) == 0 and (r(3) == 0 and tostring(r(10)) or r(10)) or nil
+    local init_ttl = init and random_ttl_or_string(r) or nil
     local e = m:live(sk)
     local want
     if e and (e.items or type(e.value) ~= "number") then
@@ -201,12 +227,16 @@ local function step(r, d, m)
     end
   elseif op == 17 then
     local t = r(3)
+    if r(3) == 0 then t = tostring(t) end
     local e = m:live(sk)
     if e then e.expires = m:deadline(t) end
     check(pack(d:expire(k, t)), e and pack(true) or pack(nil, "not found"), "expire")
   else
     local what = r(4)
     if what == 0 then
+      -- flush_all also removes up to three entries at once, as ngx does: for the model those are
+      -- like any expired entries the dictionary has removed (get_stale finds them gone, and
+      -- flush_expired counts fewer)
       d:flush_all()
       for _, e in pairs(m.entries) do e.expires = m.now end
     elseif what == 1 then

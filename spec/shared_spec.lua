@@ -71,8 +71,19 @@ describe("vmpool.shared", function()
         err_of(vmpool.shared, "x2", { capacity = "lots" }))
       assert.matches("^vmpool: option 'capacity' to vmpool.shared must be at least 1024 bytes",
         err_of(vmpool.shared, "x3", { capacity = 10 }))
-      assert.matches("^vmpool: option 'shards' to vmpool.shared must be a positive integer",
+      assert.matches("^vmpool: option 'shards' to vmpool.shared must be an integer from 1 to 256",
         err_of(vmpool.shared, "x4", { shards = 0.5 }))
+    end)
+
+    it("says which option value was refused, and what is allowed", function()
+      assert.matches("^vmpool: option 'capacity' to vmpool.shared must be a size in bytes, at least 1024: "
+        .. "an integer, or a string such as \"512k\" or \"10m\" %(got 2048%.5%)$",
+        err_of(vmpool.shared, "x5", { capacity = 2048.5 }))
+      assert.matches("%(got \"10x\"%)$", err_of(vmpool.shared, "x6", { capacity = "10x" }))
+      assert.matches("^vmpool: option 'shards' to vmpool.shared must be an integer from 1 to 256 %(got 0%)$",
+        err_of(vmpool.shared, "x7", { shards = 0 }))
+      assert.matches("must be an integer from 1 to 256 %(got 2%.5%)$", err_of(vmpool.shared, "x8", { shards = 2.5 }))
+      assert.matches("must be an integer from 1 to 256 %(got \"4\"%)$", err_of(vmpool.shared, "x9", { shards = "4" }))
     end)
 
     it("prints its name, capacity and free space", function()
@@ -102,6 +113,22 @@ describe("vmpool.shared", function()
         assert.are.equal("integer", math.type(d:get("i")))
         assert.are.equal("integer", math.type(d:incr("i", 1)))
         assert.are.equal("float", math.type(d:incr("i", 0.5)))
+      end)
+
+      it("converts numeric strings to incr as Lua's arithmetic does: an integer string stays an integer", function()
+        local d = fresh()
+        d:set("z", 0)
+        local n = d:incr("z", "3")
+        assert.are.equal(3, n)
+        assert.are.equal(math.type(0 + "3"), math.type(n))
+        assert.are.equal("integer", math.type(d:get("z")))
+        assert.are.equal("integer", math.type((d:incr("z", "0x10"))))
+        assert.are.equal(19, d:get("z"))
+        assert.are.equal("float", math.type((d:incr("z", "1.0"))))
+        n = d:incr("n", 1, "10")
+        assert.are.equal(11, n)
+        assert.are.equal("integer", math.type(n))
+        assert.are.equal("integer", math.type(d:get("n")))
       end)
     end
 
@@ -192,10 +219,23 @@ describe("vmpool.shared", function()
       assert.are.equal(2, d:get("k"))
     end)
 
-    it("refuses nil, which only set and delete take", function()
+    it("answer nil as ngx does: false, \"attempt to add or replace nil values\", false, changing nothing", function()
       local d = fresh()
-      assert.matches("^vmpool: bad argument #2 to 'add': nil cannot be added or replaced", err_of(d.add, d, "k", nil))
-      assert.matches("^vmpool: bad argument #2 to 'replace'", err_of(d.replace, d, "k"))
+      local refused = { false, "attempt to add or replace nil values", false }
+      for _, name in ipairs { "add", "safe_add", "replace" } do
+        assert.are.same(refused, { d[name](d, "missing", nil) }, name)
+        assert.are.equal(3, select("#", d[name](d, "missing")))
+      end
+      d:set("k", "v", 0, 4)
+      for _, name in ipairs { "add", "safe_add", "replace" } do
+        assert.are.same(refused, { d[name](d, "k", nil, 10, 2) }, name)
+      end
+      assert.are.same({ "v", 4 }, { d:get("k") })
+      assert.are.equal(0, d:ttl("k"))
+      assert.is_nil(d:get_stale("missing"))
+      -- bad arguments around the nil still raise
+      assert.matches("^vmpool: bad argument #3 to 'add': 'exptime' must be", err_of(d.add, d, "k", nil, -1))
+      assert.matches("^vmpool: bad argument #1 to 'replace': the key", err_of(d.replace, d, nil, nil))
     end)
   end)
 
@@ -231,11 +271,46 @@ describe("vmpool.shared", function()
       assert.are.equal(0, d:ttl("n"))
     end)
 
+    it("takes numeric strings for value, init and init_ttl, as resty.core's tonumber does", function()
+      local d = fresh()
+      d:set("n", 1)
+      assert.are.equal(4, d:incr("n", "3"))
+      assert.are.same({ 11, nil, false }, { d:incr("new", 1, "10", "5") })
+      local left = d:ttl("new")
+      assert.is_true(left > 4.9 and left <= 5, tostring(left))
+      assert.are.same({ 3, nil, false }, { d:incr("forever", "1", "2", "0") })
+      assert.are.equal(0, d:ttl("forever"))
+      d:_advance(6)
+      assert.is_nil(d:get("new"))
+      assert.matches("^vmpool: bad argument #4 to 'incr': 'init_ttl' must be a non%-negative number of seconds, "
+        .. "0 for no expiry %(got \"soon\"%)", err_of(d.incr, d, "x", 1, 0, "soon"))
+      assert.matches("^vmpool: bad argument #4 to 'incr': 'init_ttl' must be a non%-negative",
+        err_of(d.incr, d, "x", 1, 0, "-5"))
+      assert.matches("^vmpool: bad argument #4 to 'incr': 'init_ttl' needs 'init'", err_of(d.incr, d, "x", 1, nil, "5"))
+      assert.is_nil(d:get("x"))
+    end)
+
+    it("refuses a sum that is NaN, keeping the old value", function()
+      local d = fresh()
+      d:set("inf", 1 / 0, 0, 6)
+      assert.matches("^vmpool: bad argument #2 to 'incr': adding %-inf gives NaN %(infinities of opposite signs%), "
+        .. "which cannot be stored in a shared dictionary; the key is left as it was",
+        err_of(d.incr, d, "inf", -1 / 0))
+      assert.are.same({ 1 / 0, 6 }, { d:get("inf") })
+      assert.matches("^vmpool: bad argument #2 to 'incr': adding inf gives NaN",
+        err_of(d.incr, d, "new", 1 / 0, -1 / 0))
+      assert.is_nil(d:get_stale("new"))
+      assert.are.equal(1 / 0, d:incr("inf", 1 / 0)) -- infinity itself is a number like others
+    end)
+
     it("refuses a value that is not a number", function()
       local d = fresh()
       d:set("s", "text")
       assert.are.same({ nil, "not a number" }, { d:incr("s", 1) })
-      assert.matches("^vmpool: bad argument #2 to 'incr': 'value' must be a number %(got nil%)", err_of(d.incr, d, "s"))
+      assert.matches("^vmpool: bad argument #2 to 'incr': 'value' must be a number or a numeric string %(got nil%)",
+        err_of(d.incr, d, "s"))
+      assert.matches("^vmpool: bad argument #2 to 'incr': 'value' must be a number or a numeric string %(got \"abc\"%)",
+        err_of(d.incr, d, "s", "abc"))
       assert.matches("^vmpool: bad argument #2 to 'incr': 'value' is NaN", err_of(d.incr, d, "s", 0 / 0))
       assert.matches("^vmpool: bad argument #4 to 'incr': 'init_ttl' needs 'init'", err_of(d.incr, d, "x", 1, nil, 5))
       assert.matches("^vmpool: bad argument #4 to 'incr': 'init_ttl' must be a non%-negative",
@@ -294,6 +369,22 @@ describe("vmpool.shared", function()
       assert.are.same({ nil, "not found" }, { d:expire("missing", 1) })
       assert.matches("^vmpool: bad argument #2 to 'expire': 'exptime' must be", err_of(d.expire, d, "k"))
     end)
+
+    it("expire takes a numeric string, as resty.core does; set's exptime and flags do not", function()
+      local d = fresh()
+      d:set("k", "v")
+      assert.is_true(d:expire("k", "10"))
+      local left = d:ttl("k")
+      assert.is_true(left > 9.9 and left <= 10, tostring(left))
+      assert.is_true(d:expire("k", "0"))
+      assert.are.equal(0, d:ttl("k"))
+      assert.matches("^vmpool: bad argument #2 to 'expire': 'exptime' must be a non%-negative",
+        err_of(d.expire, d, "k", "x"))
+      assert.matches("^vmpool: bad argument #3 to 'set': 'exptime' must be a non%-negative number of seconds, "
+        .. "0 for no expiry %(got \"5\"%)", err_of(d.set, d, "k", 1, "5"))
+      assert.matches("^vmpool: bad argument #4 to 'set': 'flags' must be an integer", err_of(d.set, d, "k", 1, 0, "3"))
+      assert.are.equal("v", d:get("k"))
+    end)
   end)
 
   describe("dict:flush_all(), dict:flush_expired(max_count), dict:get_keys(max_count)", function()
@@ -304,10 +395,38 @@ describe("vmpool.shared", function()
       assert.is_true(d:free_space() < 65536)
       assert.are.equal(0, select("#", d:flush_all()))
       assert.are.same({}, d:get_keys())
-      assert.are.same({ 1, nil, true }, { d:get_stale("k1") })
+      local stale = 0
+      for i = 1, 10 do
+        if d:get_stale("k" .. i) ~= nil then stale = stale + 1 end
+      end
+      assert.are.equal(7, stale) -- flush_all removed 3 at once, as ngx does
       assert.are.equal(3, d:flush_expired(3))
-      assert.are.equal(7, d:flush_expired())
+      assert.are.equal(4, d:flush_expired())
       assert.are.equal(65536, d:free_space())
+    end)
+
+    it("flush_all removes up to three entries at once, the least recently used, as ngx does", function()
+      local d = fresh({ shards = 1 })
+      d:set("foo", "bar")
+      d:set("baz", 1)
+      d:flush_all()
+      assert.is_nil(d:get_stale("foo"))
+      assert.is_nil(d:get_stale("baz"))
+      assert.are.equal(0, d:flush_expired())
+      for i = 1, 6 do d:set("k" .. i, i) end
+      assert.are.equal(1, d:get("k1")) -- used: k2, k3 and k4 are the least recently used
+      d:flush_all()
+      for _, k in ipairs { "k2", "k3", "k4" } do assert.is_nil(d:get_stale(k), k) end
+      for _, k in ipairs { "k1", "k5", "k6" } do
+        assert.are.same({ tonumber(k:sub(2)), nil, true }, { d:get_stale(k) })
+      end
+      assert.are.equal(3, d:flush_expired())
+      -- with several shards, three in all
+      local many = fresh({ shards = 4 })
+      for i = 1, 20 do many:set("k" .. i, i) end
+      many:flush_all()
+      assert.are.equal(17, many:flush_expired())
+      assert.are.equal(many:capacity(), many:free_space())
     end)
 
     it("get_keys returns at most 1024 keys by default, all with 0", function()
@@ -470,7 +589,8 @@ describe("vmpool.shared", function()
         try("set", "", 1) try("get", "") try("delete", "") try("set", string.rep("k", 65536), 1)
         try("set", "k", {}) try("set", "k", 1, -1) try("set", "k", 1, 0 / 0) try("set", "k", 1, "x")
         try("set", "k", 1, 0, -1) try("set", "k", 1, 0, 1.5) try("set", "k", 1, 0, "x")
-        try("add", "k", nil) try("replace", "k", nil)
+        try("add", "k", nil) try("replace", "k", nil) try("safe_add", "nk", nil) try("add", "k", nil, -1)
+        try("add", "fill40", nil, 5, 1) try("get", "fill40")
         show(pcall(d.get, {}, "k")) show(pcall(d.set, 1, "k", 1))
         print(vmpool._dict_ffi)
       ]]

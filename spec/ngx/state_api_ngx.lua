@@ -174,6 +174,51 @@ describe("ngx in pool states (the peer's t/166-worker-thread.t tests 18-47)", fu
     assert.matches("\nmissing nil\n$", body)
   end)
 
+  it("gives a state every constant of the host's ngx with the host's value (HTTP_*, OK, ...)", function()
+    assert.are.equal("true []\n200 404 500 2 8 0 -5 4\n200 404 500 2 8 0 -5 4\n", case("consts"))
+  end)
+
+  it("raises the not-available error when a state assigns a name that needs a request", function()
+    local body = case("assign")
+    for _, name in ipairs { "status=", "status", "header=", "header.x=", "ctx=", "ctx.x=", "say=" } do
+      local field = name:match("^%a+")
+      assert.matches("\n?" .. name:gsub("%.", "%%.") .. " false vmpool: ngx%." .. field .. " is not available in a "
+        .. "pool state %(it needs a request or the nginx event loop; call it in the request", body)
+    end
+    assert.matches("\nmy_cache= true nil\nmy_cache 5\n$", body)
+  end)
+
+  it("raises for require of the lua-resty-core modules that need a request or the event loop", function()
+    local body = case("modules")
+    for _, name in ipairs { "ngx.semaphore", "ngx.pipe", "ngx.process", "ngx.balancer", "ngx.re", "ngx.req",
+      "ngx.resp", "ngx.ssl.session", "ngx.ssl.clienthello", "resty.core.regex", "resty.core.request",
+      "resty.core.response", "resty.core.var", "resty.core.ctx", "resty.core.exit", "resty.core.misc",
+      "resty.core.ndk", "resty.core.param", "resty.core.phase", "resty.core.socket", "resty.core.coroutine" } do
+      local n = name:gsub("%.", "%%.")
+      -- each require raises the same error, not "loop or previous error loading module"
+      assert.matches("\n?" .. n .. " false false true vmpool: module '" .. n .. "' is not available in a "
+        .. "pool state %([^\n]+%)\n", body)
+    end
+    assert.matches("ngx%.semaphore false false true vmpool: module 'ngx%.semaphore' is not available in a pool "
+      .. "state %(its semaphores live in the worker's memory", body)
+  end)
+
+  it("keeps the thread-safe, request-free lua-resty-core modules and functions in a state", function()
+    local body = case("modules")
+    assert.matches("\nbase64 aGVsbG8_\nutils a_b\ncore string function\nssl%.cert_pem_to_der nil\n", body)
+    assert.matches("\nssl%.set_cert false vmpool: ngx%.ssl%.set_cert is not available in a pool state %(it works "
+      .. "on the SSL connection", body)
+    assert.matches("\nssl%.server_name false vmpool: ngx%.ssl%.server_name is not available", body)
+    assert.matches("\nocsp%.create_ocsp_request nil\nocsp%.set_ocsp_status_resp false vmpool: "
+      .. "ngx%.ocsp%.set_ocsp_status_resp is not available in a pool state %(", body)
+    assert.matches("\nerrlog%.get_sys_filter_level number\nerrlog%.get_logs false vmpool: ngx%.errlog%.get_logs "
+      .. "is not available in a pool state %(.*\nerrlog%.set_filter_level false vmpool: "
+      .. "ngx%.errlog%.set_filter_level is not available", body)
+    H.wait_until("the raw_log line", 5, function()
+      return nginx:log():match("%[warn%][^\n]*from errlog%.raw_log in a pool state")
+    end)
+  end)
+
   it("shares vmpool.shared between the worker and its pool states", function()
     assert.are.equal("11 11\n", case("shared"))
   end)

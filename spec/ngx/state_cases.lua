@@ -362,6 +362,108 @@ return {
   ngx.say("missing ", select(2, run("m", "missing")))
 end }
 
+-- every constant of the host's ngx (whatever is a number there) has the host's value in a state
+CASES.consts = { module = "m", child = [[
+return {
+  compare = function(host)
+    local n, bad = 0, {}
+    for k, v in pairs(host) do
+      n = n + 1
+      local ok, mine = pcall(function() return ngx[k] end)
+      if not ok or mine ~= v then bad[#bad + 1] = k .. "=" .. tostring(mine) end
+    end
+    table.sort(bad)
+    return n, table.concat(bad, " ")
+  end,
+  some = function()
+    return ngx.HTTP_OK, ngx.HTTP_NOT_FOUND, ngx.HTTP_INTERNAL_SERVER_ERROR, ngx.HTTP_GET, ngx.HTTP_POST, ngx.OK,
+      ngx.DECLINED, ngx.ERR
+  end,
+}
+]], host = function(run)
+  local numbers = {}
+  for k, v in pairs(ngx) do
+    if type(v) == "number" then numbers[k] = v end
+  end
+  local _, n, bad = run("m", "compare", numbers)
+  ngx.say(n > 60, " [", bad, "]")
+  ngx.say(table.concat({ select(2, run("m", "some")) }, " "))
+  ngx.say(table.concat({ ngx.HTTP_OK, ngx.HTTP_NOT_FOUND, ngx.HTTP_INTERNAL_SERVER_ERROR, ngx.HTTP_GET, ngx.HTTP_POST,
+    ngx.OK, ngx.DECLINED, ngx.ERR }, " "))
+end }
+
+-- assigning a name that is not available raises as reading it does; other new fields are stored
+CASES.assign = { module = "m", child = [[
+return { run = function()
+  local out = {}
+  local function try(what, f)
+    local ok, err = pcall(f)
+    out[#out + 1] = what .. " " .. tostring(ok) .. " " .. tostring(err)
+  end
+  try("status=", function() ngx.status = 201 end)
+  try("status", function() return ngx.status end)
+  try("header=", function() ngx.header = {} end)
+  try("header.x=", function() ngx.header["X-A"] = "1" end)
+  try("ctx=", function() ngx.ctx = {} end)
+  try("ctx.x=", function() ngx.ctx.x = 1 end)
+  try("say=", function() ngx.say = print end)
+  try("my_cache=", function() ngx.my_cache = 5 end)
+  out[#out + 1] = "my_cache " .. tostring(ngx.my_cache)
+  return table.concat(out, "\n")
+end }
+]], host = function(run)
+  local _, text = run("m", "run")
+  ngx.say(text)
+end }
+
+-- require of lua-resty-core's modules in a state
+CASES.modules = { module = "m", child = [[
+return {
+  blocked = function(names)
+    local out = {}
+    for _, name in ipairs(names) do
+      local ok, err = pcall(require, name)
+      local ok2, err2 = pcall(require, name)
+      out[#out + 1] = name .. " " .. tostring(ok) .. " " .. tostring(ok2) .. " " .. tostring(err == err2) .. " "
+        .. tostring(err)
+    end
+    return table.concat(out, "\n")
+  end,
+  kept = function()
+    local out = {}
+    local function say(...) out[#out + 1] = table.concat({ ... }, " ") end
+    local function try(what, f)
+      local ok, err = pcall(f)
+      say(what, tostring(ok), tostring(err))
+    end
+    say("base64", require("ngx.base64").encode_base64url("hello?"))
+    say("utils", require("resty.core.utils").str_replace_char("a-b", "-", "_"))
+    say("core", type(require("resty.core").version), type(ngx.md5))
+    local ssl = require "ngx.ssl"
+    say("ssl.cert_pem_to_der", tostring(ssl.cert_pem_to_der("not a pem")))
+    try("ssl.set_cert", function() return ssl.set_cert(nil) end)
+    try("ssl.server_name", function() return ssl.server_name() end)
+    local ocsp = require "ngx.ocsp"
+    say("ocsp.create_ocsp_request", tostring(ocsp.create_ocsp_request("not der")))
+    try("ocsp.set_ocsp_status_resp", function() return ocsp.set_ocsp_status_resp("x") end)
+    local errlog = require "ngx.errlog"
+    errlog.raw_log(ngx.WARN, "from errlog.raw_log in a pool state")
+    say("errlog.get_sys_filter_level", type(errlog.get_sys_filter_level()))
+    try("errlog.get_logs", function() return errlog.get_logs(1) end)
+    try("errlog.set_filter_level", function() return errlog.set_filter_level(ngx.WARN) end)
+    return table.concat(out, "\n")
+  end,
+}
+]], host = function(run)
+  local _, text = run("m", "blocked", { "ngx.semaphore", "ngx.pipe", "ngx.process", "ngx.balancer", "ngx.re",
+    "ngx.req", "ngx.resp", "ngx.ssl.session", "ngx.ssl.clienthello", "resty.core.regex", "resty.core.request",
+    "resty.core.response", "resty.core.var", "resty.core.ctx", "resty.core.exit", "resty.core.misc",
+    "resty.core.ndk", "resty.core.param", "resty.core.phase", "resty.core.socket", "resty.core.coroutine" })
+  ngx.say(text)
+  local _, kept = run("m", "kept")
+  ngx.say(kept)
+end }
+
 CASES.shared = { module = "m", child = [[
 local d = require("vmpool").shared("per-worker")
 return { incr = function() return d:incr("n", 1, 0) end }

@@ -212,10 +212,24 @@ fn no_memory_for_copy(method: &str) -> Error {
 }
 
 /// A TTL in seconds at `idx` (nil = none), as nanoseconds (0 = never); `required` refuses nil.
-fn ttl_arg(st: State, idx: c_int, method: &str, name: &str, required: bool) -> Result<u64, Error> {
-    match st.type_of(idx) {
+/// `strings`: a numeric string is converted, where resty.core converts it (`incr`'s `init_ttl`
+/// with `tonumber`, `expire`'s `exptime` by arithmetic); `set` & co. refuse one, as resty.core
+/// does (its `exptime < 0` raises for a string, and LuaJIT's FFI takes no string as `flags`).
+fn ttl_arg(
+    st: State,
+    idx: c_int,
+    method: &str,
+    name: &str,
+    required: bool,
+    strings: bool,
+) -> Result<u64, Error> {
+    let t = st.type_of(idx);
+    // SAFETY: `lua_isnumber` only inspects the slot.
+    let numeric = t == TNUMBER
+        || (strings && t == TSTRING && unsafe { ffi::lua_isnumber(st.as_ptr(), idx) } != 0);
+    match t {
         TNIL | crate::lua::TNONE if !required => Ok(0),
-        TNUMBER => {
+        _ if numeric => {
             let s = st.to_number(idx);
             if s.is_nan() || s < 0.0 {
                 Err(bad(
@@ -227,14 +241,28 @@ fn ttl_arg(st: State, idx: c_int, method: &str, name: &str, required: bool) -> R
                 Ok(dict::ttl_ns(s))
             }
         }
-        t => Err(bad(
+        _ => Err(bad(
             idx - 1,
             method,
             format!(
                 "'{name}' must be a non-negative number of seconds, 0 for no expiry (got {})",
-                crate::lua::type_name(t)
+                describe(st, idx)
             ),
         )),
+    }
+}
+
+/// The value at `idx` for a message: a number or a short string as it is, else its type.
+fn describe(st: State, idx: c_int) -> String {
+    match st.type_of(idx) {
+        TNUMBER => show_number(number_at(st, idx)),
+        TSTRING if st.string_bytes(idx).len() <= 40 => {
+            format!(
+                "\"{}\"",
+                String::from_utf8_lossy(st.string_bytes(idx)).escape_debug()
+            )
+        }
+        t => crate::lua::type_name(t).to_string(),
     }
 }
 
@@ -272,21 +300,20 @@ fn uint_arg(
     }
 }
 
-/// A number argument (incr's value and init): a number or a numeric string; NaN refused.
+/// A number argument (incr's value and init): a number or a numeric string (resty.core takes
+/// them with `tonumber`); NaN refused.
 fn number_arg(st: State, idx: c_int, method: &str, name: &str) -> Result<Number, Error> {
     let n = match st.type_of(idx) {
         TNUMBER => number_at(st, idx),
         // SAFETY: `lua_isnumber` only inspects the slot.
-        TSTRING if unsafe { ffi::lua_isnumber(st.as_ptr(), idx) } != 0 => {
-            Number::Float(st.to_number(idx))
-        }
-        t => {
+        TSTRING if unsafe { ffi::lua_isnumber(st.as_ptr(), idx) } != 0 => string_number(st, idx)?,
+        _ => {
             return Err(bad(
                 idx - 1,
                 method,
                 format!(
-                    "'{name}' must be a number (got {})",
-                    crate::lua::type_name(t)
+                    "'{name}' must be a number or a numeric string (got {})",
+                    describe(st, idx)
                 ),
             ))
         }
@@ -295,6 +322,32 @@ fn number_arg(st: State, idx: c_int, method: &str, name: &str) -> Result<Number,
         return Err(bad(idx - 1, method, format!("'{name}' is NaN")));
     }
     Ok(n)
+}
+
+/// The number of the numeric string at `idx`, converted as Lua's own arithmetic converts it: on
+/// Lua 5.3+ an integer string ("3", "0x10") gives an integer, so `incr(k, "3")` on an integer
+/// keeps it an integer as `0 + "3"` does; elsewhere every number is a float anyway.
+fn string_number(st: State, idx: c_int) -> Result<Number, Error> {
+    #[cfg(any(feature = "lua53", feature = "lua54"))]
+    {
+        if !st.check_stack(1) {
+            return Err(Error::Internal("no Lua stack space".into()));
+        }
+        // SAFETY: the slot holds a string (the caller checked it converts in whole, so it has
+        // no embedded NUL before its end), which `lua_tolstring` returns without changing the
+        // slot, NUL-terminated; `lua_stringtonumber` reads it and pushes a number (no
+        // allocation, so no error), within the stack space checked above.
+        let converted = unsafe {
+            let p = ffi::lua_tolstring(st.as_ptr(), idx, std::ptr::null_mut());
+            ffi::lua_stringtonumber(st.as_ptr(), p) != 0
+        };
+        if converted {
+            let n = number_at(st, -1);
+            st.pop(1);
+            return Ok(n);
+        }
+    }
+    Ok(Number::Float(st.to_number(idx)))
 }
 
 fn push_number(st: State, n: Number) {
@@ -454,11 +507,12 @@ fn options(st: State, idx: c_int) -> Result<Options, Error> {
         let field = st
             .to_bytes(-2)
             .map(|b| String::from_utf8_lossy(b).into_owned());
+        // the value itself in the message (`2048.5`, `"10x"`), not just its type
         let bad_value = |what: &str| {
             Error::BadArgument(format!(
                 "option '{}' to vmpool.shared must be {what} (got {})",
                 field.as_deref().unwrap_or("?"),
-                st.type_name(-1)
+                describe(st, -1)
             ))
         };
         match field.as_deref() {
@@ -472,15 +526,19 @@ fn options(st: State, idx: c_int) -> Result<Options, Error> {
                     _ => None,
                 };
                 opts.capacity = Some(c.ok_or_else(|| {
-                    bad_value(
-                        "a size in bytes: an integer, or a string such as \"512k\" or \"10m\"",
-                    )
+                    bad_value(&format!(
+                        "a size in bytes, at least {}: an integer, or a string such as \"512k\" or \"10m\"",
+                        registry::MIN_CAPACITY
+                    ))
                 })?);
             }
             Some("shards") => {
                 let n = st.to_number(-1);
                 if st.type_of(-1) != TNUMBER || n.fract() != 0.0 || n < 1.0 {
-                    return Err(bad_value("a positive integer"));
+                    return Err(bad_value(&format!(
+                        "an integer from 1 to {}",
+                        registry::MAX_SHARDS
+                    )));
                 }
                 opts.shards = Some(n.min(1e9) as usize);
             }
@@ -658,14 +716,9 @@ fn store_common(st: State, method: &str, mode: Mode, safe: bool) -> Result<c_int
     } else {
         value(st, 3, method)?
     };
-    if v.is_none() && !is_string && mode != Mode::Set {
-        return Err(bad(
-            2,
-            method,
-            "nil cannot be added or replaced (use dict:delete(key) to remove a key)".into(),
-        ));
-    }
-    let exptime = ttl_arg(st, 4, method, "exptime", false)?;
+    // nil for add or replace is no mistake for ngx: it answers `false, "attempt to add or
+    // replace nil values", false` (the dictionary's store does), after checking the exptime
+    let exptime = ttl_arg(st, 4, method, "exptime", false, false)?;
     let flags = uint_arg(st, 5, method, "flags", 0, u32::MAX as u64)? as u32;
     if is_string {
         let r = d
@@ -724,7 +777,7 @@ fn incr_impl(st: State) -> Result<c_int, Error> {
     } else {
         None
     };
-    let init_ttl = ttl_arg(st, 5, "incr", "init_ttl", false)?;
+    let init_ttl = ttl_arg(st, 5, "incr", "init_ttl", false, true)?;
     if !has_init && !matches!(st.type_of(5), TNIL | crate::lua::TNONE) {
         return Err(bad(
             4,
@@ -743,7 +796,26 @@ fn incr_impl(st: State) -> Result<c_int, Error> {
             st.push_bool(w.forcible);
             Ok(3)
         }
+        Err(r) if r.err == dict::NAN_SUM => Err(bad(
+            2,
+            "incr",
+            format!(
+                "adding {} gives NaN (infinities of opposite signs), which cannot be stored in a shared dictionary; the key is left as it was",
+                show_number(delta)
+            ),
+        )),
         Err(r) => nil_err(st, "incr", r.err),
+    }
+}
+
+/// A number as Lua prints it (`inf`, `-inf`, `2.5`, `3`), for messages.
+fn show_number(n: Number) -> String {
+    match n {
+        Number::Int(i) => i.to_string(),
+        Number::Float(f) if f.is_infinite() => (if f > 0.0 { "inf" } else { "-inf" }).into(),
+        // an exponent for the very large and very small, as Lua's %.14g does, not 300 digits
+        Number::Float(f) if f != 0.0 && !(1e-4..1e15).contains(&f.abs()) => format!("{f:e}"),
+        Number::Float(f) => f.to_string(),
     }
 }
 
@@ -857,7 +929,7 @@ crate::lua_function!(fn expire => expire_impl);
 fn expire_impl(st: State) -> Result<c_int, Error> {
     let d = this(st, "expire")?;
     let k = key(st, 2, "expire")?;
-    let t = ttl_arg(st, 3, "expire", "exptime", true)?;
+    let t = ttl_arg(st, 3, "expire", "exptime", true, true)?;
     if d.dict.expire(k, t) {
         ensure_stack(st, 1)?;
         st.push_bool(true);
@@ -923,7 +995,7 @@ crate::lua_function!(fn advance => advance_impl);
 /// not wait (the dictionary is shared: every user sees the jump).
 fn advance_impl(st: State) -> Result<c_int, Error> {
     let d = this(st, "_advance")?;
-    let t = ttl_arg(st, 2, "_advance", "seconds", true)?;
+    let t = ttl_arg(st, 2, "_advance", "seconds", true, false)?;
     d.dict.advance(t as f64 / 1e9);
     Ok(0)
 }

@@ -192,8 +192,8 @@ fn mode_of(mode: c_int) -> Option<Mode> {
 
 /// `dict:set/safe_set/add/safe_add/replace(key, value, exptime, flags)` of a string key, and
 /// `delete` (a set of nil). `exptime` is in seconds (0 = none), `flags` a number. Returns 1 when
-/// stored, 0 when refused (`out.err`: ngx's message, such as "exists" or "no memory"), and sets
-/// `out.forcible`.
+/// stored, 0 when refused (`out.err`: ngx's message, such as "exists", "no memory" or, for an
+/// add or replace of nil, "attempt to add or replace nil values"), and sets `out.forcible`.
 ///
 /// # Safety
 /// `ud` as for [`named`]; `key` points to `klen` bytes and `s` to `slen` bytes (when `vtype` is
@@ -234,7 +234,8 @@ pub unsafe extern "C" fn vmpool_dict_store(
     let key = unsafe { bytes(key, klen) };
     let (safe, ttl, flags) = (safe != 0, dict::ttl_ns(exptime), flags as u32);
     let value = match vtype {
-        VALUE_NIL if mode == Mode::Set => None,
+        // a delete for set; add and replace answer ngx's "attempt to add or replace nil values"
+        VALUE_NIL => None,
         VALUE_FALSE => Some(Scalar::Bool(false)),
         VALUE_TRUE => Some(Scalar::Bool(true)),
         // NaN is refused: the C function raises the error

@@ -4,9 +4,12 @@
 //! Pool states live in the nginx worker process, so ngx_lua's own functions are there to be
 //! called. Like the peer, this asks ngx_lua's exported C functions to fill a fresh table in the
 //! state: `ngx_http_lua_inject_string_api` (`encode_args`, `decode_args`, `quote_sql_str`,
-//! `hmac_sha1`), `ngx_http_lua_inject_config_api` (`ngx.config`) and
+//! `hmac_sha1`), `ngx_http_lua_inject_config_api` (`ngx.config`),
 //! `ngx_http_lua_inject_shdict_api` (`ngx.shared`, on the worker's shared memory zones, whose
-//! lists and key listing are C functions). The Lua part then loads lua-resty-core's FFI modules
+//! lists and key listing are C functions), and, beyond the peer, the constants the host's `ngx`
+//! gets from `ngx_http_lua_inject_core_consts` (`OK`, `ERROR`, `AGAIN`, `DONE`, `DECLINED`) and
+//! `ngx_http_lua_inject_http_consts` (every `HTTP_*` method and status), so that their values are
+//! the host's by construction (both only push integers). The Lua part then loads lua-resty-core's FFI modules
 //! over it. It runs as a plain C function in the state's own thread (never through the FFI,
 //! which must not call back into the calling state).
 //!
@@ -77,6 +80,8 @@ fn ngx_state_impl(st: State) -> Result<c_int, Error> {
     let string_api = symbol(c"ngx_http_lua_inject_string_api")?;
     let config_api = symbol(c"ngx_http_lua_inject_config_api")?;
     let shdict_api = symbol(c"ngx_http_lua_inject_shdict_api")?;
+    let core_consts = symbol(c"ngx_http_lua_inject_core_consts")?;
+    let http_consts = symbol(c"ngx_http_lua_inject_http_consts")?;
     let lmcf = lua_main_conf()?;
     if !st.check_stack(8) {
         return Err(Error::Internal("no Lua stack space".into()));
@@ -87,7 +92,7 @@ fn ngx_state_impl(st: State) -> Result<c_int, Error> {
             String::from_utf8_lossy(st.to_bytes(-1).unwrap_or_default())
         )));
     }
-    st.create_table(0, 40);
+    st.create_table(0, 104);
     // SAFETY: the symbols are ngx_lua's functions of these signatures (see the module comment);
     // each adds fields to the table on top of the stack of the state it is given, which is this
     // state, on its own thread, inside a C function Lua called (so they may raise Lua errors,
@@ -96,6 +101,8 @@ fn ngx_state_impl(st: State) -> Result<c_int, Error> {
         std::mem::transmute::<*mut c_void, Inject>(string_api)(st.as_ptr());
         std::mem::transmute::<*mut c_void, Inject>(config_api)(st.as_ptr());
         std::mem::transmute::<*mut c_void, InjectShdict>(shdict_api)(lmcf, st.as_ptr());
+        std::mem::transmute::<*mut c_void, Inject>(core_consts)(st.as_ptr());
+        std::mem::transmute::<*mut c_void, Inject>(http_consts)(st.as_ptr());
     }
     st.push_light_userdata(std::ptr::null_mut());
     st.raw_set_str(-2, "null");

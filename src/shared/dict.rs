@@ -26,7 +26,9 @@
 //! - a write that needs room evicts the least recently used entries (of its own shard first, then
 //!   of others it can lock without waiting), at most [`MAX_EVICTIONS`], and reports that it did
 //!   (`forcible`); the `safe` writes evict nothing and fail with "no memory" instead;
-//! - `flush_all` marks every entry expired (still readable by `get_stale`);
+//! - `flush_all` marks every entry expired (still readable by `get_stale`) and then removes up
+//!   to three of them at once, from the least recently used end ([`FLUSH_ALL_FREES`]);
+//! - `add` and `replace` of nil fail with ngx's "attempt to add or replace nil values";
 //! - `incr` keeps the TTL and flags of an existing number; `init_ttl` only applies to the entry
 //!   it creates.
 //!
@@ -34,7 +36,8 @@
 //! for expired entries that happen not to have been removed yet, which depends on timing); a write
 //! that fails with "no memory" leaves the old value in place (ngx has already dropped it); the
 //! least recently used order is kept per shard, so with more than one shard eviction picks the
-//! least recently used entry of the shard that needs room, not of the whole dictionary; and that
+//! least recently used entry of the shard that needs room, not of the whole dictionary (and
+//! `flush_all` takes its three from the shards' least recently used ends, shard by shard); and that
 //! order is CLOCK's approximation: the oldest-added entry not used (read or rewritten in place)
 //! since eviction last passed it goes first. With `shards = 1` that is ngx's order except where
 //! two entries were both used between evictions (ngx orders them by the time of their last use;
@@ -64,6 +67,18 @@ pub const ITEM_OVERHEAD: usize = 24;
 pub const MAX_EVICTIONS: usize = 30;
 /// Longest key, in bytes (ngx stores the length in 16 bits).
 pub const MAX_KEY: usize = 65535;
+/// Entries `flush_all` removes at once, besides marking every entry expired. ngx does this
+/// (`ngx_http_lua_ffi_shdict_flush_all` ends with `ngx_http_lua_shdict_expire(ctx, 0)`: the
+/// least recently used entry by force, then up to two more expired ones), and code written for
+/// it sees the difference: `get_stale` no longer finds those, and `flush_expired` counts fewer.
+pub const FLUSH_ALL_FREES: usize = 3;
+/// What `add`, `safe_add` and `replace` of nil answer (`false, err, false`): ngx's message, a
+/// result like "exists" rather than an error.
+pub const NIL_ADD: &str = "attempt to add or replace nil values";
+/// `incr`'s refusal of a sum that is NaN (`inf + -inf`). Not an answer ngx gives (it stores the
+/// NaN): NaN equals nothing, itself included, so it could never be read back as what was
+/// counted; the Lua side raises a `vmpool:` error for it instead of returning it.
+pub const NAN_SUM: &str = "the sum is NaN";
 
 /// A number as the state stored it: Lua 5.3+ integers stay integers.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -686,8 +701,10 @@ impl Dict {
         }
     }
 
-    /// `set`, `add`, `replace` and their `safe_` variants. `value` `None` deletes (only with
-    /// `Mode::Set`; the caller refuses nil for add and replace). `ttl` in nanoseconds, 0 = never.
+    /// `set`, `add`, `replace` and their `safe_` variants. `value` `None` deletes with
+    /// `Mode::Set`; add and replace refuse it with [`NIL_ADD`], as ngx does before it looks at
+    /// the key (so without the lazy removal of expired entries either). `ttl` in nanoseconds,
+    /// 0 = never.
     pub fn store(
         &self,
         mode: Mode,
@@ -697,6 +714,9 @@ impl Dict {
         ttl: u64,
         flags: u32,
     ) -> Result<Written, Refused> {
+        if value.is_none() && mode != Mode::Set {
+            return Err(refused(NIL_ADD));
+        }
         let now = &self.clock();
         let (own, mut map) = self.write_key(key, now);
         self.expire_tail(own, &mut map, now);
@@ -839,7 +859,8 @@ impl Dict {
     }
 
     /// `incr`: adds `delta` to the number under `key`. A missing (or expired) key is created with
-    /// `init + delta` and `init_ttl` if `init` is given, else "not found".
+    /// `init + delta` and `init_ttl` if `init` is given, else "not found". A sum that is NaN is
+    /// refused with [`NAN_SUM`], leaving the key as it was.
     pub fn incr(
         &self,
         key: &[u8],
@@ -854,8 +875,12 @@ impl Dict {
             e.touch();
             return match &mut e.value {
                 Stored::Scalar(Scalar::Num(n)) => {
-                    *n = n.add(delta);
-                    Ok((*n, Written { forcible: false }))
+                    let sum = n.add(delta);
+                    if sum.as_f64().is_nan() {
+                        return Err(refused(NAN_SUM));
+                    }
+                    *n = sum;
+                    Ok((sum, Written { forcible: false }))
                 }
                 _ => Err(refused("not a number")),
             };
@@ -864,6 +889,9 @@ impl Dict {
             return Err(refused("not found"));
         };
         let n = init.add(delta);
+        if n.as_f64().is_nan() {
+            return Err(refused(NAN_SUM));
+        }
         let value = Scalar::Num(n);
         let size = scalar_size(key, &value);
         let entry = Entry::new(Stored::Scalar(value), 0, self.deadline(init_ttl, now), size);
@@ -993,13 +1021,25 @@ impl Dict {
         }
     }
 
-    /// `flush_all`: every entry expires now (`get_stale` still sees them until they are removed).
+    /// `flush_all`: every entry expires now (`get_stale` still sees them until they are removed),
+    /// and [`FLUSH_ALL_FREES`] of them are removed at once, as ngx does: those eviction would
+    /// take, from the first shards' least recently used ends (with one shard, the dictionary's
+    /// least recently used entries).
     pub fn flush_all(&self) {
         let now = &self.clock();
-        for shard in self.shards.iter() {
+        let mut freed = 0;
+        for (i, shard) in self.shards.iter().enumerate() {
             let mut map = shard.map.write();
             for (_, e) in map.iter_mut() {
                 e.expires = now.get();
+            }
+            // before the read cache is emptied: its marks of read entries are part of the order
+            while freed < FLUSH_ALL_FREES {
+                let Some(e) = self.pop_victim(i, &mut map) else {
+                    break;
+                };
+                self.release(e.size);
+                freed += 1;
             }
             shard.cache.forget_all();
         }
@@ -1344,6 +1384,70 @@ mod tests {
         )
         .unwrap();
         assert_eq!(d.overwrite_string(Mode::Set, b"n", b"12345678", 0, 0), None);
+    }
+
+    #[test]
+    fn flush_all_removes_the_three_least_recently_used_entries_at_once() {
+        let d = Dict::new(1 << 20, 1);
+        for k in ["k1", "k2", "k3", "k4", "k5"] {
+            d.store(Mode::Set, false, k.as_bytes(), Some(s("v")), 0, 0)
+                .unwrap();
+        }
+        assert!(got(&d, "k1").is_some()); // used: k2, k3 and k4 are the least recently used
+        d.flush_all();
+        for k in ["k2", "k3", "k4"] {
+            assert_eq!(d.get(k.as_bytes(), true), Got::Missing, "{k}");
+        }
+        for k in ["k1", "k5"] {
+            assert!(matches!(
+                d.get(k.as_bytes(), true),
+                Got::Value { stale: true, .. }
+            ));
+        }
+        assert_eq!(d.flush_expired(0), 2);
+        assert_eq!(d.free_space(), d.capacity());
+        // with several shards, three in all
+        let d = Dict::new(1 << 20, 4);
+        for i in 0..20 {
+            d.store(
+                Mode::Set,
+                false,
+                format!("k{i}").as_bytes(),
+                Some(s("v")),
+                0,
+                0,
+            )
+            .unwrap();
+        }
+        d.flush_all();
+        assert_eq!(d.flush_expired(0), 17);
+    }
+
+    #[test]
+    fn add_and_replace_of_nil_answer_as_ngx_does_and_change_nothing() {
+        let d = Dict::new(1 << 20, 1);
+        d.store(Mode::Set, false, b"k", Some(s("v")), 0, 0).unwrap();
+        for mode in [Mode::Add, Mode::Replace] {
+            for k in [&b"k"[..], b"missing"] {
+                assert_eq!(d.store(mode, false, k, None, 0, 0), Err(refused(NIL_ADD)));
+            }
+        }
+        assert_eq!(got(&d, "k"), Some(s("v")));
+        assert_eq!(got(&d, "missing"), None);
+    }
+
+    #[test]
+    fn an_incr_to_nan_is_refused_and_keeps_the_old_value() {
+        let d = Dict::new(1 << 20, 1);
+        let inf = Scalar::Num(Number::Float(f64::INFINITY));
+        d.store(Mode::Set, false, b"k", Some(inf.clone()), 0, 0)
+            .unwrap();
+        let minus_inf = Number::Float(f64::NEG_INFINITY);
+        assert_eq!(d.incr(b"k", minus_inf, None), Err(refused(NAN_SUM)));
+        assert_eq!(got(&d, "k"), Some(inf));
+        let init = Some((Number::Float(f64::INFINITY), 0));
+        assert_eq!(d.incr(b"new", minus_inf, init), Err(refused(NAN_SUM)));
+        assert_eq!(got(&d, "new"), None);
     }
 
     #[test]
