@@ -345,8 +345,14 @@ mod tests {
         subs.add(queued(&a, 7));
         subs.add(queued(&b, 7));
         assert!(subs.remove(SubscriberId::Queue(Arc::as_ptr(&a), 7)));
-        assert!(!subs.remove(SubscriberId::Queue(Arc::as_ptr(&a), 7)), "removed once");
-        assert!(!subs.remove(SubscriberId::Queue(Arc::as_ptr(&b), 8)), "another token");
+        assert!(
+            !subs.remove(SubscriberId::Queue(Arc::as_ptr(&a), 7)),
+            "removed once"
+        );
+        assert!(
+            !subs.remove(SubscriberId::Queue(Arc::as_ptr(&b), 8)),
+            "another token"
+        );
         subs.notify();
         let (mut from_a, mut from_b) = (Vec::new(), Vec::new());
         a.drain(&mut from_a);
