@@ -1,0 +1,122 @@
+-- vmpool.shared against ngx.shared.DICT in the same nginx worker (issue 11: "the API and
+-- semantics of ngx.shared.DICT, so code written for ngx.shared runs unchanged"): the same seeded
+-- random operations (spec/ngx/shared_ops.lua: every method, every kind of value, flags, TTLs,
+-- incr with and without init, lists, bad keys) on both, every result compared, number of results
+-- included. And ngx.shared.DICT used from a pool state against the same zone kind on the event
+-- loop. Errors compare as "an error" (the messages differ on purpose). Run by scripts/test-ngx.sh.
+local H = require "spec.ngx.nginx"
+
+local ROCK_CPATH = H.ROOT .. "/lua_modules/luajit/lib/lua/5.1/?.so"
+
+local CONF = [[
+load_module /usr/lib/nginx/modules/ndk_http_module.so;
+load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
+worker_processes 1;
+error_log logs/error.log notice;
+pid logs/nginx.pid;
+events { worker_connections 64; }
+http {
+  access_log off;
+  lua_shared_dict host_zone 16m;
+  lua_shared_dict state_zone 16m;
+  lua_package_cpath "@CPATH@;;";
+  lua_package_path "@SPEC@/?.lua;/usr/share/lua/5.1/?.lua;;";
+  init_worker_by_lua_block {
+    local vmpool = require "vmpool"
+    vmpool.ngx.pool("ops", function()
+      local f = assert(io.open("@SPEC@/shared_ops.lua"))
+      local source = f:read("*a")
+      f:close()
+      local pool = vmpool.new { core = 1, max_noncore = 0 }
+      pool:compile("ops", "local Ops = (function() " .. source .. " end)()\n" .. [==[
+        return { run = function(seed, n, flush, zone)
+          local d = ngx.shared[zone]
+          d:flush_all()
+          d:flush_expired()
+          return Ops.apply(d, Ops.generate(seed, n, { flush = flush }))
+        end }
+      ]==])
+      return pool
+    end)
+  }
+  server {
+    listen 127.0.0.1:@PORT@;
+    location = /diff {
+      content_by_lua_block {
+        local Ops = require "shared_ops"
+        local vmpool = require "vmpool"
+        local seed, n = tonumber(ngx.var.arg_seed), tonumber(ngx.var.arg_n)
+        local flush = ngx.var.arg_flush == "1"
+        local ops = Ops.generate(seed, n, { flush = flush })
+        local want_dict = ngx.shared.host_zone
+        want_dict:flush_all()
+        want_dict:flush_expired()
+        local want = Ops.apply(want_dict, ops)
+        local got
+        if ngx.var.arg_where == "state" then
+          got = vmpool.ngx.pool("ops"):co_invoke("ops", "run", seed, n, flush, "state_zone")
+        else
+          local name = "diff_" .. ngx.var.arg_shards .. "_" .. seed .. (flush and "_flush" or "")
+          local d = vmpool.shared(name, { capacity = "16m", shards = tonumber(ngx.var.arg_shards) })
+          got = Ops.apply(d, ops)
+        end
+        local diffs = Ops.differences(ops, want, got, 10)
+        ngx.say(#ops, " operations, ", #got, " results, ", #diffs, " differences")
+        for _, d in ipairs(diffs) do ngx.say(d) end
+      }
+    }
+  }
+}
+]]
+
+describe("vmpool.shared and ngx.shared.DICT, the same operations side by side", function()
+  local nginx, port
+
+  setup(function()
+    for attempt = 1, 3 do
+      port = H.free_port()
+      local conf = CONF:gsub("@CPATH@", ROCK_CPATH):gsub("@SPEC@", H.ROOT .. "/spec/ngx"):gsub("@PORT@", port)
+      nginx = H.new(conf)
+      local ok, err = pcall(nginx.start, nginx, port)
+      if ok then break end
+      nginx:stop()
+      nginx:remove()
+      nginx = nil
+      if attempt == 3 or not tostring(err):find("Address already in use", 1, true) then error(err, 0) end
+    end
+  end)
+
+  teardown(function()
+    if nginx then
+      nginx:stop()
+      nginx:remove()
+    end
+  end)
+
+  local function differences(query)
+    local status, body = H.get(port, "/diff?" .. query)
+    assert.are.equal(200, status, body)
+    return body
+  end
+
+  for _, seed in ipairs { 1, 2, 3, 4 } do
+    it("answers every operation as ngx.shared.DICT does (seed " .. seed .. ", 16 shards)", function()
+      assert.are.equal("3000 operations, 3000 results, 0 differences\n",
+        differences("where=host&shards=16&n=3000&seed=" .. seed))
+    end)
+  end
+
+  for _, seed in ipairs { 5, 6 } do
+    it("answers as ngx.shared.DICT does with flush_all among the operations (seed " .. seed .. ", 1 shard)", function()
+      assert.are.equal("3000 operations, 3000 results, 0 differences\n",
+        differences("where=host&shards=1&flush=1&n=3000&seed=" .. seed))
+    end)
+  end
+
+  for _, seed in ipairs { 7, 8 } do
+    it("gives a pool state's ngx.shared.DICT the event loop's answers (seed " .. seed .. ")", function()
+      assert.are.equal("3000 operations, 3000 results, 0 differences\n",
+        differences("where=state&flush=1&n=3000&seed=" .. seed))
+    end)
+  end
+end)

@@ -1,0 +1,144 @@
+-- Seeded random operations on a dictionary with ngx.shared.DICT's API, and what each returned,
+-- as text: what spec/ngx/shared_differential_ngx.lua runs against ngx.shared.DICT and against
+-- vmpool.shared in the same nginx worker (and from a pool state) to compare every result.
+-- Loaded by the nginx handler (require "shared_ops") and compiled into pool states as a chunk.
+local M = {}
+
+local function text_of(v)
+  local t = type(v)
+  if t == "number" then
+    if v ~= v then return "nan" end
+    if v == 0 and 1 / v < 0 then return "-0" end
+    if v == math.floor(v) and v > -2^53 and v < 2^53 then return ("%d"):format(v) end
+    return ("%.17g"):format(v)
+  elseif t == "string" then
+    return '"' .. v:gsub("[^%w ]", function(c) return ("\\%d"):format(c:byte()) end) .. '"'
+  elseif t == "table" then -- get_keys: the order is the dictionary's own
+    local items = {}
+    for i = 1, #v do items[i] = text_of(v[i]) end
+    table.sort(items)
+    return "{" .. table.concat(items, ",") .. "}"
+  end
+  return tostring(v)
+end
+
+-- "n:r1,r2,...", or "error" for a raised error (the messages differ on purpose: vmpool's start
+-- with "vmpool:" and say what to do)
+local function results(ok, ...)
+  if not ok then return "error" end
+  local n = select("#", ...)
+  local out = {}
+  for i = 1, n do out[i] = text_of((select(i, ...))) end
+  return n .. ":" .. table.concat(out, ",")
+end
+
+local KEYS = { "a", "b", "c", "d", "e", "k1", "k2", "\0bin\255", "12", 12, 1.5 }
+local VALUES = { true, false, 0, 1, -1, 2^53, 1.5, -2.25, 1e308, 1 / 0, -1 / 0, "", "abc", "\0\1\255",
+  ("z"):rep(300), "12", "3.5", ("L"):rep(2000) }
+local ITEMS = { 0, 7, -3.5, "", "item", "\0x\0", ("q"):rep(100) }
+local OPS = { "set", "set", "safe_set", "add", "safe_add", "replace", "delete", "get", "get", "get_stale",
+  "incr", "incr", "lpush", "rpush", "lpop", "rpop", "llen", "ttl", "expire", "get_keys", "capacity",
+  "flush_all", "flush_expired" }
+local EXPTIMES = { false, 0, 100, 1000.5 } -- false: not passed
+local FLAGS = { false, 0, 1, 7, 2147483647 }
+
+-- `n` operations from `seed`, each { name, args = { n = count, ... } }; flush_all only with
+-- opts.flush (rarely: it empties the dictionary)
+function M.generate(seed, n, opts)
+  local x = seed % 2147483646 + 1
+  local function pick(list)
+    x = x * 16807 % 2147483647
+    return list[x % #list + 1]
+  end
+  local function chance(k)
+    x = x * 16807 % 2147483647
+    return x % k == 0
+  end
+  local ops = {}
+  for i = 1, n do
+    local name = pick(OPS)
+    if name == "flush_all" and not (opts.flush and chance(8)) then name = "get" end
+    -- After a flush_all, which expired entries are still there to read differs: ngx frees them
+    -- from an exact LRU order, vmpool from its CLOCK approximation (README, "vmpool.shared").
+    -- And ngx's ttl gives an entry it has not freed yet a negative TTL, its expire revives it,
+    -- where its manual (and vmpool) say "not found". Those are not compared after a flush.
+    if opts.flush and (name == "ttl" or name == "expire" or name == "get_stale") then name = "get" end
+    local key = pick(KEYS)
+    local args
+    if name == "set" or name == "safe_set" or name == "add" or name == "safe_add" or name == "replace" then
+      local value -- nil one time in ten
+      if not chance(10) then value = pick(VALUES) end
+      local exptime, flags = pick(EXPTIMES), pick(FLAGS)
+      if flags then
+        args = { n = 4, key, value, exptime or 0, flags }
+      elseif exptime then
+        args = { n = 3, key, value, exptime }
+      else
+        args = { n = 2, key, value }
+      end
+    elseif name == "incr" then
+      local by = pick { 1, -1, 2.5, 0, "3", 1e10 }
+      local form = pick { 1, 2, 3 }
+      if form == 1 then
+        args = { n = 2, key, by }
+      elseif form == 2 then
+        args = { n = 3, key, by, pick { 0, 10, -5.5 } }
+      else
+        args = { n = 4, key, by, pick { 0, 10 }, pick { 0, 100, 50.5 } }
+      end
+    elseif name == "lpush" or name == "rpush" then
+      args = { n = 2, key, pick(ITEMS) }
+    elseif name == "expire" then
+      args = { n = 2, key, pick { 0, 100, 1000 } }
+    elseif name == "get_keys" then
+      args = pick { { n = 0 }, { n = 1, 0 }, { n = 1, 1000 } }
+    elseif name == "flush_expired" then
+      args = pick { { n = 0 }, { n = 1, 0 }, { n = 1, 1 } }
+    elseif name == "capacity" or name == "flush_all" then
+      args = { n = 0 }
+    else
+      args = { n = 1, key }
+    end
+    ops[i] = { name = name, args = args }
+  end
+  return ops
+end
+
+local unpack = table.unpack or unpack -- luacheck: ignore 143
+
+-- The results of `ops` on `dict`, one text per operation (ttl rounded to 0.1 s: the two clocks
+-- are read at different moments)
+function M.apply(dict, ops)
+  local out = {}
+  for i, op in ipairs(ops) do
+    local r = results(pcall(dict[op.name], dict, unpack(op.args, 1, op.args.n)))
+    if op.name == "ttl" then
+      r = r:gsub("^1:([%d%.]+)$", function(s) return ("1:%.1f"):format(tonumber(s)) end)
+    end
+    out[i] = r
+  end
+  return out
+end
+
+function M.describe(op)
+  local args = {}
+  for i = 1, op.args.n do
+    local v = op.args[i]
+    args[i] = type(v) == "string" and #v > 20 and ("<" .. #v .. " bytes>") or text_of(v)
+  end
+  return op.name .. "(" .. table.concat(args, ", ") .. ")"
+end
+
+-- The first `max` operations whose results differ, described
+function M.differences(ops, want, got, max)
+  local out = {}
+  for i = 1, #ops do
+    if want[i] ~= got[i] then
+      out[#out + 1] = ("#%d %s: ngx.shared %s, vmpool %s"):format(i, M.describe(ops[i]), want[i], got[i])
+      if #out == max then break end
+    end
+  end
+  return out
+end
+
+return M
