@@ -266,6 +266,17 @@ fn describe(st: State, idx: c_int) -> String {
     }
 }
 
+/// Whether the optional argument at `idx` is not given: nil, none, or `false`, which resty.core
+/// also takes for "not given" (its `if not exptime`, `if not flags`, `if init`), so that code
+/// such as `dict:set(k, v, opts.ttl or false)` runs unchanged.
+fn not_given(st: State, idx: c_int) -> bool {
+    match st.type_of(idx) {
+        TNIL | crate::lua::TNONE => true,
+        TBOOLEAN => !st.to_boolean(idx),
+        _ => false,
+    }
+}
+
 /// An optional non-negative integer argument (flags, max_count).
 fn uint_arg(
     st: State,
@@ -718,8 +729,16 @@ fn store_common(st: State, method: &str, mode: Mode, safe: bool) -> Result<c_int
     };
     // nil for add or replace is no mistake for ngx: it answers `false, "attempt to add or
     // replace nil values", false` (the dictionary's store does), after checking the exptime
-    let exptime = ttl_arg(st, 4, method, "exptime", false, false)?;
-    let flags = uint_arg(st, 5, method, "flags", 0, u32::MAX as u64)? as u32;
+    let exptime = if not_given(st, 4) {
+        0
+    } else {
+        ttl_arg(st, 4, method, "exptime", false, false)?
+    };
+    let flags = if not_given(st, 5) {
+        0
+    } else {
+        uint_arg(st, 5, method, "flags", 0, u32::MAX as u64)? as u32
+    };
     if is_string {
         let r = d
             .dict
@@ -771,7 +790,7 @@ fn incr_impl(st: State) -> Result<c_int, Error> {
     let d = this(st, "incr")?;
     let k = key(st, 2, "incr")?;
     let delta = number_arg(st, 3, "incr", "value")?;
-    let has_init = !matches!(st.type_of(4), TNIL | crate::lua::TNONE);
+    let has_init = !not_given(st, 4);
     let init = if has_init {
         Some(number_arg(st, 4, "incr", "init")?)
     } else {
