@@ -320,8 +320,8 @@ describe("vmpool.luv", function()
     end
     gate:arrivals(2)
     gate:release()
-    -- both finish before the loop runs, so that one poll callback resumes both
-    assert.is_truthy(Gate.eventually(function() return futs[1]:ready() and futs[2]:ready() end))
+    -- both completions queued before the loop runs, so that one poll callback resumes both
+    assert.is_truthy(Gate.eventually(function() return vluv.stats().queued == 2 end))
     local before = vluv.stats()
     run_loop()
     assert.are.equal(1, delta(before).wakeups)
@@ -342,7 +342,11 @@ describe("vmpool.luv", function()
       for i = 1, 2 do
         vluv.spawn(function() vluv.await(futs[i]) error("boom" .. i, 0) end)
       end
-      futs[1]:wait() futs[2]:wait() -- both finish before the loop runs: one poll callback
+      -- both completions queued before the loop runs, so that one poll callback takes both (a
+      -- call's wait returns a moment before its completion is queued: bounded wait for that)
+      futs[1]:wait() futs[2]:wait()
+      local t0 = os.time()
+      while vluv.stats().queued < 2 do assert(os.time() - t0 < 10, "completions not queued") end
       vluv.loop.run()
     ]])
     assert.matches("boom1", out)

@@ -328,10 +328,13 @@ end
 
 --- vmpool.luv.stats(): the adapter's state in this Lua state (every pool) and its counters.
 function A.stats()
-  local watchers, in_flight, waiting = 0, 0, 0
+  local watchers, in_flight, waiting, queued = 0, 0, 0, 0
   for _, s in pairs(states) do
     if s.handle then watchers = watchers + 1 end
     in_flight = in_flight + s.in_flight
+    -- a pool collected in this very cycle may have left its state with a finalized notifier
+    local live, n = pcall(s.notifier.pending, s.notifier)
+    if live then queued = queued + n end
     for _, co in pairs(s.waiting) do
       if co then waiting = waiting + 1 end
     end
@@ -340,6 +343,7 @@ function A.stats()
     watchers = watchers, -- poll handles open (one per pool with calls in flight)
     in_flight = in_flight, -- calls and futures waited for, not yet dispatched
     waiting = waiting, -- coroutines waiting
+    queued = queued, -- finished calls whose completion the next poll callback takes
     waits = waits,
     resumes = resumes,
     wakeups = wakeups,
