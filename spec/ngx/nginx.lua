@@ -270,6 +270,26 @@ function Nginx:stop(timeout)
   return graceful
 end
 
+--- Starts an instance from make_conf(port, port2) -> conf, files (two free ports; it waits until
+--- the second accepts), retrying with other ports if one was taken between choosing it and nginx
+--- binding it. Returns the instance, port and port2.
+function H.start(make_conf)
+  for attempt = 1, 3 do
+    local port, port2 = H.free_port(), H.free_port()
+    local conf, files = make_conf(port, port2)
+    local nginx = H.new(conf, files)
+    local ok, err = pcall(nginx.start, nginx, port2)
+    if ok then
+      return nginx, port, port2
+    end
+    nginx:stop()
+    nginx:remove()
+    if attempt == 3 or not tostring(err):find("Address already in use", 1, true) then
+      error(err, 0)
+    end
+  end
+end
+
 function Nginx:remove()
   H.sh("rm -rf " .. shell_quote(self.prefix))
 end

@@ -27,24 +27,7 @@ local function example_conf(port, test_port)
   }
 end
 
--- Starts an instance from make_conf(port, port2), retrying with other ports if one was taken
--- between choosing it and nginx binding it.
-local function start(make_conf)
-  for attempt = 1, 3 do
-    local port, port2 = H.free_port(), H.free_port()
-    local conf, files = make_conf(port, port2)
-    local nginx = H.new(conf, files)
-    local ok, err = pcall(nginx.start, nginx, port2)
-    if ok then
-      return nginx, port, port2
-    end
-    nginx:stop()
-    nginx:remove()
-    if attempt == 3 or not tostring(err):find("Address already in use", 1, true) then
-      error(err, 0)
-    end
-  end
-end
+local start = H.start
 
 local function assert_clean_log(nginx)
   local bad = nginx:log_lines(BAD_LEVELS)

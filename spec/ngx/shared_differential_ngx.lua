@@ -73,17 +73,10 @@ describe("vmpool.shared and ngx.shared.DICT, the same operations side by side", 
   local nginx, port
 
   setup(function()
-    for attempt = 1, 3 do
-      port = H.free_port()
-      local conf = CONF:gsub("@CPATH@", ROCK_CPATH):gsub("@SPEC@", H.ROOT .. "/spec/ngx"):gsub("@PORT@", port)
-      nginx = H.new(conf)
-      local ok, err = pcall(nginx.start, nginx, port)
-      if ok then break end
-      nginx:stop()
-      nginx:remove()
-      nginx = nil
-      if attempt == 3 or not tostring(err):find("Address already in use", 1, true) then error(err, 0) end
-    end
+    local _
+    nginx, _, port = H.start(function(_, port2)
+      return (CONF:gsub("@CPATH@", ROCK_CPATH):gsub("@SPEC@", H.ROOT .. "/spec/ngx"):gsub("@PORT@", port2))
+    end)
   end)
 
   teardown(function()

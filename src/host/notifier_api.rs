@@ -604,22 +604,29 @@ fn gc_impl(st: State) -> Result<c_int, Error> {
     Ok(0)
 }
 
+/// The notifier and token of `fut:METHOD(notifier, token)` (arguments 2 and 3).
+fn notifier_and_token<'a>(st: State, method: &str) -> Result<(&'a mut NotifierHandle, u64), Error> {
+    let handle = userdata::get::<NotifierHandle>(st, 2)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument(format!(
+                "bad argument #1 to '{method}': expected a notifier"
+            ))
+        })?;
+    if st.type_of(3) != TNUMBER {
+        return Err(Error::BadArgument(format!(
+            "bad argument #2 to '{method}': expected a token (number)"
+        )));
+    }
+    Ok((handle, st.to_number(3) as u64))
+}
+
 crate::lua_function!(pub fn subscribe_future => subscribe_future_impl);
 /// `fut:_subscribe(notifier, token)` -> whether it subscribed (false: the call is done already):
 /// the notifier queues `token` when the future's call finishes.
 fn subscribe_future_impl(st: State) -> Result<c_int, Error> {
     let f = future_api::handle(st)?;
-    let handle = userdata::get::<NotifierHandle>(st, 2)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
-            Error::BadArgument("bad argument #1 to '_subscribe': expected a notifier".into())
-        })?;
-    if st.type_of(3) != TNUMBER {
-        return Err(Error::BadArgument(
-            "bad argument #2 to '_subscribe': expected a token (number)".into(),
-        ));
-    }
-    let token = st.to_number(3) as u64;
+    let (handle, token) = notifier_and_token(st, "_subscribe")?;
     let notifier = handle.notifier.clone();
     let subscribed = f.call().subscribe(Subscriber::Queue { notifier, token });
     if !subscribed {
@@ -636,17 +643,7 @@ crate::lua_function!(pub fn unsubscribe_future => unsubscribe_future_impl);
 /// in place, its token would keep a luv loop's count of calls in flight above zero forever.
 fn unsubscribe_future_impl(st: State) -> Result<c_int, Error> {
     let f = future_api::handle(st)?;
-    let handle = userdata::get::<NotifierHandle>(st, 2)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
-            Error::BadArgument("bad argument #1 to '_unsubscribe': expected a notifier".into())
-        })?;
-    if st.type_of(3) != TNUMBER {
-        return Err(Error::BadArgument(
-            "bad argument #2 to '_unsubscribe': expected a token (number)".into(),
-        ));
-    }
-    let token = st.to_number(3) as u64;
+    let (handle, token) = notifier_and_token(st, "_unsubscribe")?;
     let id = SubscriberId::Queue(Arc::as_ptr(&handle.notifier), token);
     let dropped = f.call().unsubscribe(id);
     if dropped {
