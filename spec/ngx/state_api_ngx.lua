@@ -154,6 +154,13 @@ describe("ngx in pool states (the peer's t/166-worker-thread.t tests 18-47)", fu
     end)
   end)
 
+  it("logs print(...) at the notice level, as ngx_lua's print does", function()
+    assert.are.equal("truetrue\n", case("print"))
+    H.wait_until("the log line", 5, function()
+      return nginx:log():match("%[notice%][^\n]*%[vmpool state 0x%x+%] printed in a pool state: 7 true nil")
+    end)
+  end)
+
   it("reads the worker's time and identity", function()
     assert.are.equal("true true true true true\n", case("time"))
   end)

@@ -339,6 +339,12 @@ return { log = function(msg) ngx.log(ngx.WARN, "from a pool state: ", msg, " ", 
   ngx.say(run("m", "log", "hello"))
 end }
 
+CASES.print = { module = "m", child = [[
+return { print = function() print("printed in a pool state: ", 7, " ", true, " ", nil) return true end }
+]], host = function(run)
+  ngx.say(run("m", "print"))
+end }
+
 CASES.time = { module = "m", child = [[
 return {
   now = function() return ngx.now(), ngx.time(), ngx.today(), ngx.worker.pid(), ngx.worker.id() end,

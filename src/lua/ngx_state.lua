@@ -78,6 +78,13 @@ function ngx.log(level, ...)
   C.ngx_http_lua_ffi_raw_log(nil, level, s, #s)
 end
 
+-- print(...), as in ngx_lua: ngx.log(ngx.NOTICE, ...), so that code written for the event loop
+-- logs the same way here (Lua's own print wrote to the worker's stdout, which nginx discards)
+local NOTICE, log = ngx.NOTICE, ngx.log
+_G.print = function(...)
+  log(NOTICE, ...)
+end
+
 -- the parts of ngx that need a request or the event loop
 local UNAVAILABLE = {}
 for _, name in ipairs {
