@@ -290,6 +290,18 @@ function H.start(make_conf)
   end
 end
 
+--- Where the rock built for LuaJIT is, as a package.cpath entry.
+H.ROCK_CPATH = H.ROOT .. "/lua_modules/luajit/lib/lua/5.1/?.so"
+
+--- Starts an instance from a spec's `conf` with its placeholders filled: "@CPATH@" (the rock),
+--- "@SPEC@" (spec/ngx) and "@PORT@" (a free port). Returns the instance and that port.
+function H.start_conf(conf)
+  local nginx, _, port = H.start(function(_, port2)
+    return (conf:gsub("@CPATH@", H.ROCK_CPATH):gsub("@SPEC@", H.ROOT .. "/spec/ngx"):gsub("@PORT@", port2))
+  end)
+  return nginx, port
+end
+
 function Nginx:remove()
   H.sh("rm -rf " .. shell_quote(self.prefix))
 end

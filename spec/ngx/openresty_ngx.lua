@@ -6,7 +6,6 @@
 local H = require "spec.ngx.nginx"
 
 local EXAMPLE = H.ROOT .. "/examples/openresty"
-local ROCK_CPATH = H.ROOT .. "/lua_modules/luajit/lib/lua/5.1/?.so"
 
 -- error.log lines that must never appear
 local BAD_LEVELS = { "alert", "crit", "emerg" }
@@ -22,7 +21,7 @@ local function example_conf(port, test_port)
   -- what the example's run.sh writes: where the rock is, and the port
   return conf, {
     ["test_server.conf"] = test,
-    ["lua_cpath.conf"] = 'lua_package_cpath "' .. ROCK_CPATH .. ';;";\n',
+    ["lua_cpath.conf"] = 'lua_package_cpath "' .. H.ROCK_CPATH .. ';;";\n',
     ["listen.conf"] = "listen 127.0.0.1:" .. port .. ";\n",
   }
 end
@@ -332,10 +331,7 @@ http {
 ]]
 
   setup(function()
-    local _
-    nginx, _, tport = start(function(_, port2)
-      return (CONF:gsub("@CPATH@", ROCK_CPATH):gsub("@PORT@", port2))
-    end)
+    nginx, tport = H.start_conf(CONF)
   end)
 
   teardown(function()

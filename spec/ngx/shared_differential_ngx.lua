@@ -6,8 +6,6 @@
 -- loop. Errors compare as "an error" (the messages differ on purpose). Run by scripts/test-ngx.sh.
 local H = require "spec.ngx.nginx"
 
-local ROCK_CPATH = H.ROOT .. "/lua_modules/luajit/lib/lua/5.1/?.so"
-
 local CONF = [[
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
@@ -73,10 +71,7 @@ describe("vmpool.shared and ngx.shared.DICT, the same operations side by side", 
   local nginx, port
 
   setup(function()
-    local _
-    nginx, _, port = H.start(function(_, port2)
-      return (CONF:gsub("@CPATH@", ROCK_CPATH):gsub("@SPEC@", H.ROOT .. "/spec/ngx"):gsub("@PORT@", port2))
-    end)
+    nginx, port = H.start_conf(CONF)
   end)
 
   teardown(function()
@@ -92,24 +87,20 @@ describe("vmpool.shared and ngx.shared.DICT, the same operations side by side", 
     return body
   end
 
-  for _, seed in ipairs { 1, 2, 3, 4 } do
-    it("answers every operation as ngx.shared.DICT does (seed " .. seed .. ", 16 shards)", function()
-      assert.are.equal("3000 operations, 3000 results, 0 differences\n",
-        differences("where=host&shards=16&n=3000&seed=" .. seed))
-    end)
-  end
-
-  for _, seed in ipairs { 5, 6 } do
-    it("answers as ngx.shared.DICT does with flush_all among the operations (seed " .. seed .. ", 1 shard)", function()
-      assert.are.equal("3000 operations, 3000 results, 0 differences\n",
-        differences("where=host&shards=1&flush=1&n=3000&seed=" .. seed))
-    end)
-  end
-
-  for _, seed in ipairs { 7, 8 } do
-    it("gives a pool state's ngx.shared.DICT the event loop's answers (seed " .. seed .. ")", function()
-      assert.are.equal("3000 operations, 3000 results, 0 differences\n",
-        differences("where=state&flush=1&n=3000&seed=" .. seed))
-    end)
+  -- what each case compares, its query (3,000 operations each) and its seeds
+  local CASES = {
+    { "answers every operation as ngx.shared.DICT does (16 shards)", "where=host&shards=16", { 1, 2, 3, 4 } },
+    { "answers as ngx.shared.DICT does with flush_all among the operations (1 shard)",
+      "where=host&shards=1&flush=1", { 5, 6 } },
+    { "gives a pool state's ngx.shared.DICT the event loop's answers", "where=state&flush=1", { 7, 8 } },
+  }
+  for _, c in ipairs(CASES) do
+    local title, query, seeds = c[1], c[2], c[3]
+    for _, seed in ipairs(seeds) do
+      it(title .. ", seed " .. seed, function()
+        assert.are.equal("3000 operations, 3000 results, 0 differences\n",
+          differences(query .. "&n=3000&seed=" .. seed))
+      end)
+    end
   end
 end)

@@ -4,8 +4,6 @@
 -- needs a request, vmpool.shared in nginx, ngx_api = false). Run by scripts/test-ngx.sh.
 local H = require "spec.ngx.nginx"
 
-local ROCK_CPATH = H.ROOT .. "/lua_modules/luajit/lib/lua/5.1/?.so"
-
 local CONF = [[
 load_module /usr/lib/nginx/modules/ndk_http_module.so;
 load_module /usr/lib/nginx/modules/ngx_http_lua_module.so;
@@ -73,10 +71,7 @@ describe("ngx in pool states (the peer's t/166-worker-thread.t tests 18-47)", fu
   local nginx, port
 
   setup(function()
-    local _
-    nginx, _, port = H.start(function(_, port2)
-      return (CONF:gsub("@CPATH@", ROCK_CPATH):gsub("@SPEC@", H.ROOT .. "/spec/ngx"):gsub("@PORT@", port2))
-    end)
+    nginx, port = H.start_conf(CONF)
   end)
 
   teardown(function()
