@@ -828,14 +828,12 @@ fn incr_impl(st: State) -> Result<c_int, Error> {
     }
 }
 
-/// A number as Lua prints it (`inf`, `-inf`, `2.5`, `3`), for messages.
+/// A number as Lua prints it (`inf`, `-inf`, `2.5`, `1e+300`, `3`), for messages: floats as the
+/// other messages quote them ([`crate::error::lua_number`]).
 fn show_number(n: Number) -> String {
     match n {
         Number::Int(i) => i.to_string(),
-        Number::Float(f) if f.is_infinite() => (if f > 0.0 { "inf" } else { "-inf" }).into(),
-        // an exponent for the very large and very small, as Lua's %.14g does, not 300 digits
-        Number::Float(f) if f != 0.0 && !(1e-4..1e15).contains(&f.abs()) => format!("{f:e}"),
-        Number::Float(f) => f.to_string(),
+        Number::Float(f) => crate::error::lua_number(f),
     }
 }
 

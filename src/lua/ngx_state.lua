@@ -96,9 +96,14 @@ for _, name in ipairs {
   UNAVAILABLE[name] = true
 end
 
+-- the one error of everything a pool state lacks: `what` and why, with what to do instead
+local function not_available(what, why)
+  error("vmpool: " .. what .. " is not available in a pool state (" .. why .. ")", 0)
+end
+
 local function unavailable(key)
-  error("vmpool: ngx." .. tostring(key) .. " is not available in a pool state (it needs a request or the "
-    .. "nginx event loop; call it in the request and pass the result to the pool)", 0)
+  not_available("ngx." .. tostring(key), "it needs a request or the nginx event loop; call it in the request "
+    .. "and pass the result to the pool")
 end
 
 -- Reading a name of the list raises, and so does assigning it (ngx.status = 201, ngx.header = ...):
@@ -167,10 +172,6 @@ MODULES["resty.core.regex"] = MODULES["ngx.re"]
 
 local loaders = package.loaders
 local searcher
-
-local function not_available(what, why)
-  error("vmpool: " .. what .. " is not available in a pool state (" .. why .. ")", 0)
-end
 
 -- loads `name` with the searchers after ours, then stubs what `keep` does not list
 local function load_partial(name, spec)

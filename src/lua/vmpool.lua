@@ -107,8 +107,7 @@ local function is_future(v)
   return mt and mt.__index == Future
 end
 
--- The argument check of the adapters' await(fut) (`name`: 'vmpool.luv.await', ...); the error
--- points at await's caller.
+-- The argument check of the adapters' await(fut) (`name`: 'vmpool.luv.await', ...).
 local function check_future(fut, name)
   if not is_future(fut) then
     error("vmpool: bad argument #1 to '" .. name .. "': expected a future (from pool:submit), got "
