@@ -6,6 +6,10 @@
 --
 -- Usage: lua bench/cqueues_floor.lua [--rounds=N]   (any runtime with lua-cqueues; BENCH_QUICK=1,
 -- as scripts/bench-smoke.sh runs it, makes 5 rounds)
+--        lua bench/cqueues_floor.lua --only=controller|plain --rounds=N   runs that path once and
+-- prints nothing: for callgrind, whose counts at two values of N, subtracted and divided by
+-- 1,000 x their difference, are the instructions per wake-up
+-- (bench/results/2026-12-03-cqueues-instructions.md)
 package.path = "bench/lib/?.lua;" .. package.path
 local benchlib = require "benchlib"
 local cqueues = require "cqueues"
@@ -64,6 +68,13 @@ local function plain()
     for i = 1, N do resume(cos[i]) end
   end
   return (clock() - t) / (N * ROUNDS)
+end
+
+if opts.only then
+  local path = ({ controller = through_controller, plain = plain })[opts.only]
+  assert(path, "--only=controller or --only=plain")
+  path()
+  return
 end
 
 local a, b = {}, {}
