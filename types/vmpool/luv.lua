@@ -24,7 +24,7 @@ function luv_adapter.spawn(fn, ...) end
 ---@return any ...
 function luv_adapter.await(fut) end
 
----The adapter's state and counters: watchers, in_flight, waiting, waits, resumes, wakeups, empty,
+---The adapter's state and counters: watchers, in_flight, waiting, queued, waits, resumes, wakeups, empty,
 ---completions, dropped, early, watchers_opened, batched.
 ---@return table
 function luv_adapter.stats() end
