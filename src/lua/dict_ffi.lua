@@ -148,13 +148,18 @@ local function patch(methods)
       local sc = take()
       local out = sc.store
       local code = C.vmpool_dict_store(self, mode, safe, key, #key, vtype, num, s, slen, exptime, flags, out)
-      local evicted, err, errlen = out.forcible ~= 0, out.err, out.errlen
-      spare = sc
+      local evicted = out.forcible ~= 0
       if code == 1 then
+        spare = sc
         return true, nil, evicted
       elseif code == 0 then
-        return false, ffi_string(err, errlen), evicted -- a static message: nothing can change it
+        -- read before the scratch goes back (a static message: nothing can change the bytes);
+        -- the pointer field is boxed, so the common path above does not read it
+        local err, errlen = out.err, out.errlen
+        spare = sc
+        return false, ffi_string(err, errlen), evicted
       end
+      spare = sc
       return c_method(self, key, value, exptime, flags) -- FALLBACK (-1)
     end
   end

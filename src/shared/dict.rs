@@ -494,6 +494,7 @@ impl Dict {
 
     /// The shard of `key` locked for writing it (see [`KeyWrite`]); `now` is the time the
     /// write runs at.
+    #[inline]
     fn write_key<'a>(&'a self, key: &'a [u8], now: &'a Now<'a>) -> (usize, KeyWrite<'a>) {
         let (own, hash) = self.locate(key);
         let shard = &self.shards[own];
@@ -720,6 +721,60 @@ impl Dict {
         let now = &self.clock();
         let (own, mut map) = self.write_key(key, now);
         self.expire_tail(own, &mut map, now);
+        self.store_locked(own, &mut map, mode, safe, key, value, ttl, flags, now)
+    }
+
+    /// [`Dict::store`] of a string the caller still owns: a string as long as the one stored is
+    /// written over it in place ([`Dict::overwrite_string`]); otherwise the bytes are copied and
+    /// stored. `None` when the system refuses the memory for the copy (nothing changed).
+    ///
+    /// One lock for both: the copy is made under it when the value cannot be written in place.
+    /// Trying in place under one lock and storing under a second took the lock, the lazy expiry
+    /// and the read cache's publication twice, a third of a `set` that changes a string's length
+    /// (callgrind: 2,136 instructions per such set; bench/results/2026-12-03-shared-set-one-line.md).
+    pub fn store_str(
+        &self,
+        mode: Mode,
+        safe: bool,
+        key: &[u8],
+        value: &[u8],
+        ttl: u64,
+        flags: u32,
+    ) -> Option<Result<Written, Refused>> {
+        let now = &self.clock();
+        let (own, mut map) = self.write_key(key, now);
+        self.expire_tail(own, &mut map, now);
+        if let Some(w) = self.overwrite_string(&mut map, mode, key, value, ttl, flags, now) {
+            return Some(Ok(w));
+        }
+        let copy = try_copy(value)?;
+        Some(self.store_locked(
+            own,
+            &mut map,
+            mode,
+            safe,
+            key,
+            Some(Scalar::Str(copy)),
+            ttl,
+            flags,
+            now,
+        ))
+    }
+
+    /// The store itself, in shard `own` locked for `key` (`map`), its expired tail removed.
+    #[allow(clippy::too_many_arguments)]
+    fn store_locked(
+        &self,
+        own: usize,
+        map: &mut KeyWrite,
+        mode: Mode,
+        safe: bool,
+        key: &[u8],
+        value: Option<Scalar>,
+        ttl: u64,
+        flags: u32,
+        now: &Now,
+    ) -> Result<Written, Refused> {
         let live = map.peek(key).map(|e| !e.expired(now));
         match (mode, live) {
             (Mode::Add, Some(true)) => return Err(refused("exists")),
@@ -734,51 +789,33 @@ impl Dict {
         };
         let size = scalar_size(key, &value);
         let entry = Entry::new(Stored::Scalar(value), flags, self.deadline(ttl, now), size);
-        self.put(own, &mut map, key, entry, safe)
-    }
-
-    /// [`Dict::store`] of a string the caller still owns: a string as long as the one stored is
-    /// written over it in place ([`Dict::overwrite_string`]); otherwise the bytes are copied and
-    /// stored. `None` when the system refuses the memory for the copy (nothing changed).
-    pub fn store_str(
-        &self,
-        mode: Mode,
-        safe: bool,
-        key: &[u8],
-        value: &[u8],
-        ttl: u64,
-        flags: u32,
-    ) -> Option<Result<Written, Refused>> {
-        if let Some(w) = self.overwrite_string(mode, key, value, ttl, flags) {
-            return Some(Ok(w));
-        }
-        let copy = try_copy(value)?;
-        Some(self.store(mode, safe, key, Some(Scalar::Str(copy)), ttl, flags))
+        self.put(own, map, key, entry, safe)
     }
 
     /// The common rewrite of a string, done without allocating: `set` (or `replace` of a live
     /// key) of a string as long as the one stored, whose bytes are overwritten in place (and the
-    /// entry marked as used, as any rewrite in place does). Returns `None`, having changed
-    /// nothing, when that does not apply; [`Dict::store_str`] then copies the value and stores it.
+    /// entry marked as used, as any rewrite in place does), in the shard `map` locked for `key`.
+    /// Returns `None`, having changed nothing, when that does not apply; [`Dict::store_str`]
+    /// then copies the value and stores it.
     ///
     /// Why: a copy per `set` means a `malloc` in the writing thread and a `free` of the old value
     /// under the shard's lock, often of memory another thread allocated, which takes that
     /// thread's allocator arena lock: with several threads writing the same keys it was the
     /// dictionary's main cost (bench/shared.lua, "scaling").
+    #[allow(clippy::too_many_arguments)]
     fn overwrite_string(
         &self,
+        map: &mut KeyWrite,
         mode: Mode,
         key: &[u8],
         value: &[u8],
         ttl: u64,
         flags: u32,
+        now: &Now,
     ) -> Option<Written> {
         if mode == Mode::Add {
             return None;
         }
-        let now = &self.clock();
-        let (own, mut map) = self.write_key(key, now);
-        self.expire_tail(own, &mut map, now);
         let deadline = self.deadline(ttl, now);
         let e = map.map.peek_mut(key)?;
         if mode == Mode::Replace && e.expired(now) {
@@ -1332,6 +1369,21 @@ mod tests {
         );
     }
 
+    /// [`Dict::overwrite_string`] under a lock of its own, as `store_str` calls it.
+    fn overwrite(
+        d: &Dict,
+        mode: Mode,
+        key: &[u8],
+        value: &[u8],
+        ttl: u64,
+        flags: u32,
+    ) -> Option<Written> {
+        let now = &d.clock();
+        let (own, mut map) = d.write_key(key, now);
+        d.expire_tail(own, &mut map, now);
+        d.overwrite_string(&mut map, mode, key, value, ttl, flags, now)
+    }
+
     #[test]
     fn a_string_of_the_same_length_is_overwritten_in_place_and_is_spared_by_the_next_eviction() {
         let entry = scalar_size(b"k0", &s("0123456789"));
@@ -1341,7 +1393,7 @@ mod tests {
                 .unwrap();
         }
         let before = d.free_space();
-        let w = d.overwrite_string(Mode::Set, b"k0", b"abcdefghij", ttl_ns(5.0), 9);
+        let w = overwrite(&d, Mode::Set, b"k0", b"abcdefghij", ttl_ns(5.0), 9);
         assert_eq!(w, Some(Written { forcible: false }));
         assert_eq!(d.free_space(), before, "the same size is accounted");
         assert_eq!(
@@ -1359,18 +1411,12 @@ mod tests {
         assert!(got(&d, "k1").is_none() && got(&d, "k0").is_some());
         // what it does not do, leaving the entry as it was: another length, add, a missing
         // key, a replace of an expired key, a non-string
-        assert_eq!(d.overwrite_string(Mode::Set, b"k0", b"short", 0, 0), None);
-        assert_eq!(
-            d.overwrite_string(Mode::Add, b"k0", b"0123456789", 0, 0),
-            None
-        );
-        assert_eq!(
-            d.overwrite_string(Mode::Set, b"nope", b"0123456789", 0, 0),
-            None
-        );
+        assert_eq!(overwrite(&d, Mode::Set, b"k0", b"short", 0, 0), None);
+        assert_eq!(overwrite(&d, Mode::Add, b"k0", b"0123456789", 0, 0), None);
+        assert_eq!(overwrite(&d, Mode::Set, b"nope", b"0123456789", 0, 0), None);
         d.advance(10.0);
         assert_eq!(
-            d.overwrite_string(Mode::Replace, b"k0", b"ABCDEFGHIJ", 0, 0),
+            overwrite(&d, Mode::Replace, b"k0", b"ABCDEFGHIJ", 0, 0),
             None
         );
         assert!(matches!(d.get(b"k0", true), Got::Value { stale: true, .. }));
@@ -1383,7 +1429,7 @@ mod tests {
             0,
         )
         .unwrap();
-        assert_eq!(d.overwrite_string(Mode::Set, b"n", b"12345678", 0, 0), None);
+        assert_eq!(overwrite(&d, Mode::Set, b"n", b"12345678", 0, 0), None);
     }
 
     #[test]

@@ -46,7 +46,13 @@ const FLOAT: u64 = 4;
 const STR: u64 = 5;
 
 /// One key's state: 128 bytes, one x86 line pair, so that slots do not share lines.
-#[repr(align(128))]
+///
+/// In this order (`repr(C)`), with the key's and the value's words taking turns, a key and a
+/// string of up to 16 bytes each are on the slot's first 64-byte line with everything else a
+/// read or a write touches: such a read or write then reaches one line, not two (when a write
+/// of a 5-byte string also stored the second line's words, a `set` took about twice as long in
+/// nginx, bench/results/2026-12-03-shared-set-one-line.md).
+#[repr(C, align(128))]
 #[derive(Default)]
 struct Slot {
     /// Odd while the slot is being written.
@@ -54,10 +60,23 @@ struct Slot {
     /// Kind (bits 0-7), key length (8-15), string length (16-23), flags (32-63).
     meta: AtomicU64,
     expires: AtomicU64,
-    key: [AtomicU64; WORDS],
-    value: [AtomicU64; WORDS],
     /// Set by hits (only when clear, so readers do not take turns writing the line).
     referenced: AtomicBool,
+    /// Key word i at 2i, value word i at 2i + 1.
+    words: [AtomicU64; 2 * WORDS],
+}
+
+// the layout the comment above describes: exactly one line pair
+const _: () = assert!(std::mem::size_of::<Slot>() == 128);
+
+impl Slot {
+    fn key(&self, i: usize) -> &AtomicU64 {
+        &self.words[2 * i]
+    }
+
+    fn value(&self, i: usize) -> &AtomicU64 {
+        &self.words[2 * i + 1]
+    }
 }
 
 /// A value read from a slot, with its flags.
@@ -83,23 +102,20 @@ impl HitValue {
     }
 }
 
-/// `bytes` in words, zero-padded; `None` if longer than [`BYTES`]. Word by word, without a
-/// `memcpy` into a buffer: loading words from bytes just stored one by one stalls the CPU (that
-/// was most of a publish's time, perf).
-fn pack(bytes: &[u8]) -> Option<[u64; WORDS]> {
-    if bytes.len() > BYTES {
-        return None;
+/// How many words hold `len` bytes.
+fn words_for(len: usize) -> usize {
+    len.div_ceil(8)
+}
+
+/// Word `i` of `bytes` (little-endian, the last one zero-padded), `i < words_for(bytes.len())`.
+/// Read straight from the bytes, without packing them into a buffer first: loading words from
+/// bytes just stored one by one stalls the CPU, and the buffer's zeroing and copies were most of
+/// a publication's instructions (callgrind).
+fn word(bytes: &[u8], i: usize) -> u64 {
+    match bytes.get(8 * i..8 * i + 8) {
+        Some(c) => u64::from_le_bytes(c.try_into().unwrap_or_default()),
+        None => short_word(bytes.get(8 * i..).unwrap_or_default()),
     }
-    let mut words = [0u64; WORDS];
-    let mut chunks = bytes.chunks_exact(8);
-    for (w, c) in words.iter_mut().zip(&mut chunks) {
-        *w = u64::from_le_bytes(c.try_into().unwrap_or_default());
-    }
-    let tail = chunks.remainder();
-    if !tail.is_empty() {
-        words[bytes.len() / 8] = short_word(tail);
-    }
-    Some(words)
 }
 
 /// 1 to 7 bytes as a little-endian word: two loads that overlap in the middle (the bytes they
@@ -116,7 +132,7 @@ fn short_word(b: &[u8]) -> u64 {
     }
 }
 
-/// The bytes of `words` (what [`pack`] packed).
+/// The bytes of `words` (made by [`word`]).
 fn unpack(words: &[u64; WORDS]) -> [u8; BYTES] {
     let mut buf = [0u8; BYTES];
     for (b, w) in buf.chunks_exact_mut(8).zip(words) {
@@ -147,23 +163,35 @@ impl ReadCache {
     /// The live value cached for `key`, or `None` (not cached, being written, or expired at
     /// `now()`, which is only called for a value with a TTL): then the caller takes the lock.
     pub fn read(&self, hash: u64, key: &[u8], now: impl FnOnce() -> u64) -> Option<Hit> {
-        let want = pack(key)?;
+        if key.len() > BYTES {
+            return None;
+        }
         let slot = self.slot(hash);
         let s1 = slot.seq.load(Ordering::Acquire);
         if s1 & 1 == 1 {
             return None;
         }
         let meta = slot.meta.load(Ordering::Relaxed);
+        let kind = meta & 0xff;
+        // only the words that hold the key: a reader never trusts what it read before the
+        // sequence is checked again below, but a mismatch means "not cached" either way
+        if kind == EMPTY
+            || (meta >> 8) & 0xff != key.len() as u64
+            || !(0..words_for(key.len()))
+                .all(|i| slot.key(i).load(Ordering::Relaxed) == word(key, i))
+        {
+            return None;
+        }
         let expires = slot.expires.load(Ordering::Relaxed);
-        let got = load_words(&slot.key);
-        let value = load_words(&slot.value);
+        let len = (((meta >> 16) & 0xff) as usize).min(BYTES);
+        let mut value = [0u64; WORDS];
+        // a number is in the first word; a string in as many as it needs
+        for (i, w) in value.iter_mut().enumerate().take(words_for(len).max(1)) {
+            *w = slot.value(i).load(Ordering::Relaxed);
+        }
         // the loads above happen before the sequence is read again
         fence(Ordering::Acquire);
         if slot.seq.load(Ordering::Relaxed) != s1 {
-            return None;
-        }
-        let kind = meta & 0xff;
-        if kind == EMPTY || (meta >> 8) & 0xff != key.len() as u64 || got != want {
             return None;
         }
         if expires != 0 && expires <= now() {
@@ -179,7 +207,7 @@ impl ReadCache {
             FLOAT => HitValue::Float(f64::from_bits(value[0])),
             _ => HitValue::Str {
                 bytes: unpack(&value),
-                len: ((meta >> 16) & 0xff) as usize,
+                len,
             },
         };
         Some(Hit {
@@ -201,9 +229,8 @@ impl ReadCache {
         }
         if slot.referenced.load(Ordering::Relaxed) && !self.holds(slot, key) {
             slot.referenced.store(false, Ordering::Relaxed);
-            if let Some(words) = self.occupant(slot) {
-                let len = ((slot.meta.load(Ordering::Relaxed) >> 8) & 0xff) as usize;
-                referenced(&unpack(&words)[..len]);
+            if let Some((bytes, len)) = self.occupant(slot) {
+                referenced(&bytes[..len]);
             }
         }
         slot.seq.store(s + 1, Ordering::Relaxed);
@@ -222,27 +249,40 @@ impl ReadCache {
             slot.seq.store(s, Ordering::Relaxed);
             fence(Ordering::Release);
         }
-        let packed = state.and_then(|(v, flags, expires)| {
-            let words = pack(key)?;
-            let (kind, len, value) = match v {
-                Value::Bool(false) => (FALSE, 0, [0; WORDS]),
-                Value::Bool(true) => (TRUE, 0, [0; WORDS]),
-                Value::Int(i) => (INT, 0, one(i as u64)),
-                Value::Float(f) => (FLOAT, 0, one(f.to_bits())),
-                Value::Str(b) => (STR, b.len(), pack(b)?),
-            };
-            let meta =
-                kind | ((key.len() as u64) << 8) | ((len as u64) << 16) | (u64::from(flags) << 32);
-            Some((meta, expires, words, value))
-        });
-        match packed {
-            Some((meta, expires, words, value)) => {
+        let fits = |v: &Value| !matches!(v, Value::Str(b) if b.len() > BYTES);
+        match state {
+            Some((v, flags, expires)) if key.len() <= BYTES && fits(&v) => {
+                // only the words the key and the value need: readers compare and copy no more
+                // (the lengths are in `meta`), so words past them may keep older bytes
+                for i in 0..words_for(key.len()) {
+                    slot.key(i).store(word(key, i), Ordering::Relaxed);
+                }
+                let (kind, len) = match v {
+                    Value::Bool(false) => (FALSE, 0),
+                    Value::Bool(true) => (TRUE, 0),
+                    Value::Int(i) => {
+                        slot.value(0).store(i as u64, Ordering::Relaxed);
+                        (INT, 0)
+                    }
+                    Value::Float(f) => {
+                        slot.value(0).store(f.to_bits(), Ordering::Relaxed);
+                        (FLOAT, 0)
+                    }
+                    Value::Str(b) => {
+                        for i in 0..words_for(b.len()) {
+                            slot.value(i).store(word(b, i), Ordering::Relaxed);
+                        }
+                        (STR, b.len())
+                    }
+                };
+                let meta = kind
+                    | ((key.len() as u64) << 8)
+                    | ((len as u64) << 16)
+                    | (u64::from(flags) << 32);
                 slot.meta.store(meta, Ordering::Relaxed);
                 slot.expires.store(expires, Ordering::Relaxed);
-                store_words(&slot.key, words);
-                store_words(&slot.value, value);
             }
-            None => {
+            _ => {
                 slot.meta.store(EMPTY, Ordering::Relaxed);
                 // an empty slot carries no mark (so the next key in it does not inherit one)
                 if slot.referenced.load(Ordering::Relaxed) {
@@ -282,21 +322,27 @@ impl ReadCache {
             && slot.referenced.swap(false, Ordering::Relaxed)
     }
 
-    /// The key words of the slot's occupant, if any (only the lock holder calls this, so the
-    /// words do not change under it).
-    fn occupant(&self, slot: &Slot) -> Option<[u64; WORDS]> {
-        if slot.meta.load(Ordering::Relaxed) & 0xff == EMPTY {
+    /// The slot's occupant: its key's bytes and length, if any (only the lock holder calls
+    /// this, so the words do not change under it).
+    fn occupant(&self, slot: &Slot) -> Option<([u8; BYTES], usize)> {
+        let meta = slot.meta.load(Ordering::Relaxed);
+        if meta & 0xff == EMPTY {
             return None;
         }
-        Some(load_words(&slot.key))
+        let len = (((meta >> 8) & 0xff) as usize).min(BYTES);
+        let words = std::array::from_fn(|i| slot.key(i).load(Ordering::Relaxed));
+        Some((unpack(&words), len))
     }
 
-    /// Whether the slot's occupant is `key`: the same length and the same packed words, the
+    /// Whether the slot's occupant is `key`: the same length and the same words, the
     /// comparison `read` makes.
     fn holds(&self, slot: &Slot, key: &[u8]) -> bool {
         let meta = slot.meta.load(Ordering::Relaxed);
-        (meta >> 8) & 0xff == key.len() as u64
-            && pack(key).is_some_and(|want| self.occupant(slot) == Some(want))
+        meta & 0xff != EMPTY
+            && (meta >> 8) & 0xff == key.len() as u64
+            && key.len() <= BYTES
+            && (0..words_for(key.len()))
+                .all(|i| slot.key(i).load(Ordering::Relaxed) == word(key, i))
     }
 }
 
@@ -310,20 +356,56 @@ fn empty(slot: &Slot, s: u64) {
     slot.seq.store(s + 2, Ordering::Release);
 }
 
-/// A slot's words as they are now (readers check the sequence around this).
-fn load_words(words: &[AtomicU64; WORDS]) -> [u64; WORDS] {
-    std::array::from_fn(|i| words[i].load(Ordering::Relaxed))
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Writes a slot's words (the caller holds the shard's write lock, the sequence odd).
-fn store_words(words: &[AtomicU64; WORDS], values: [u64; WORDS]) {
-    for (w, v) in words.iter().zip(values) {
-        w.store(v, Ordering::Relaxed);
+    fn publish(c: &ReadCache, key: &[u8], v: Value) {
+        c.begin(0, key, |_| {});
+        c.end(0, key, Some((v, 0, 0)));
     }
-}
 
-fn one(w: u64) -> [u64; WORDS] {
-    let mut v = [0; WORDS];
-    v[0] = w;
-    v
+    fn read_str(c: &ReadCache, key: &[u8]) -> Option<Vec<u8>> {
+        c.read(0, key, || 1).map(|h| h.value.bytes().to_vec())
+    }
+
+    /// A slot's words past the current key and value keep older bytes (a write stores only the
+    /// words it needs); the lengths in `meta` must keep readers from ever using them.
+    #[test]
+    fn a_shorter_key_or_value_after_a_longer_one_in_the_slot_reads_back_exactly() {
+        let c = ReadCache::new(MIN_SLOTS);
+        let long_key = b"a-key-of-exactly-forty-bytes-for-a-slot!";
+        publish(&c, long_key, Value::Str(&[b'x'; BYTES]));
+        assert_eq!(read_str(&c, long_key), Some(vec![b'x'; BYTES]));
+
+        // the same first word as the long key, shorter
+        publish(&c, b"a-key-of", Value::Str(b"short"));
+        assert_eq!(read_str(&c, b"a-key-of"), Some(b"short".to_vec()));
+        assert!(c.read(0, long_key, || 1).is_none(), "the old key is gone");
+        // a prefix of the stored key, and the stored key with a byte more, are other keys
+        assert!(c.read(0, b"a-key-o", || 1).is_none());
+        assert!(c.read(0, b"a-key-of-", || 1).is_none());
+
+        publish(&c, b"a-key-of", Value::Str(b""));
+        assert_eq!(read_str(&c, b"a-key-of"), Some(Vec::new()));
+        publish(&c, b"a-key-of", Value::Int(-3));
+        assert!(matches!(
+            c.read(0, b"a-key-of", || 1).map(|h| h.value),
+            Some(HitValue::Int(-3))
+        ));
+        publish(&c, b"a-key-of", Value::Str(b"nine byte"));
+        assert_eq!(read_str(&c, b"a-key-of"), Some(b"nine byte".to_vec()));
+    }
+
+    #[test]
+    fn keys_and_values_longer_than_a_slot_are_not_cached() {
+        let c = ReadCache::new(MIN_SLOTS);
+        let key = [b'k'; BYTES + 1];
+        publish(&c, &key, Value::Bool(true));
+        assert!(c.read(0, &key, || 1).is_none());
+        publish(&c, b"k", Value::Str(&[b'v'; BYTES + 1]));
+        assert!(c.read(0, b"k", || 1).is_none());
+        publish(&c, b"k", Value::Str(&[b'v'; BYTES]));
+        assert_eq!(read_str(&c, b"k"), Some(vec![b'v'; BYTES]));
+    }
 }
