@@ -14,7 +14,7 @@
 -- native bytes and allocations per call, and the host Lua heap growth per call with the host's GC
 -- stopped during the measured loop (so the growth is what the loop allocated).
 --
--- Usage: lua bench/micro.lua [--scale=1] ; prints one `return {...}` line.
+-- Usage: lua bench/micro.lua [--scale=1] [--warm=30000] ; prints one `return {...}` line.
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/lib/?.lua;" .. package.path
 
@@ -126,6 +126,15 @@ measure("echo10", count(20000), function(n)
   end
 end)
 
+-- The two figures with 1,000 calls in flight are warmed up with 30,000 calls, not the others' tenth:
+-- the pool keeps up to 32,768 spare call records, and until a run has made about 20,000 calls it
+-- is still creating them (the host's collector finalizes dead futures in batches of ~20,000;
+-- bench/results/2026-12-01-futures-host-path.md). A shorter warm-up measured that transient, not
+-- the steady state: futures made 0.57-0.77M calls/s after 1,000 calls against 1.06-1.14M after
+-- 30,000, three runs each on Lua 5.4 (bench/results/2026-12-04-futures-warm-up.md). --warm=N sets another
+-- number of warm-up calls.
+local WARM_IN_FLIGHT = tonumber(o.warm) or count(30) * IN_FLIGHT
+
 measure("submit", count(20) * IN_FLIGHT, function(n)
   local futs = {}
   local done = 0
@@ -139,7 +148,7 @@ measure("submit", count(20) * IN_FLIGHT, function(n)
     end
     done = done + batch
   end
-end, IN_FLIGHT)
+end, WARM_IN_FLIGHT)
 
 measure("co_invoke", count(20) * IN_FLIGHT, function(n)
   local per = math.floor(n / IN_FLIGHT)
@@ -154,7 +163,7 @@ measure("co_invoke", count(20) * IN_FLIGHT, function(n)
       end, c)
     end
   end)
-end, IN_FLIGHT)
+end, WARM_IN_FLIGHT)
 
 pool1:close()
 pool_default:close()
