@@ -312,6 +312,7 @@ local function section()
   blocking(ctx)
   more_cpus(ctx)
   optimum(ctx)
+  require("report.micro").analysis()
   require("report.heavy").analysis()
   recommendation()
 end
