@@ -1,11 +1,15 @@
 //! Waiting for another thread: spin briefly, then park.
 //!
-//! A futex wake-up costs ~5-10 µs here; a reply usually arrives within 1-2 µs. So a waiter first
+//! A futex wake-up of a thread on another CPU costs ~5-10 µs on some machines and ~30 µs on others
+//! (VMs whose idle virtual CPUs halt: `bench/pingpong.rs`); a reply usually arrives within 1-2 µs.
+//! So a waiter first
 //! spins, bounded in *time* (a fixed iteration count gave 100+ µs outliers on busy cores), and each
 //! waiting site adapts:
 //! - the budget follows the *observed* waits: a wait that ended within `max` (even after
 //!   parking) sets the budget to cover it next time, a longer one halves it. Following spin
 //!   success alone never recovers once both sides park: each then sees the other's futex latency.
+//!   For the same reason a site's `max` must exceed that latency, or the waits it observes after
+//!   one park never fit and it stops spinning for good (see `JOB_SPIN` in `pool/worker.rs`).
 //! - spins that keep failing although waits are short mean spinning itself stops the other side
 //!   from running (one free CPU, or valgrind, which runs one thread at a time): after a few
 //!   failures in a row the site stops spinning for exponentially more waits, probing now and then.

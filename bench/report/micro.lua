@@ -82,7 +82,7 @@ local function round_trip_modes(micro, rts)
       local spin, poll, park = pingpong(2, "spin_us"), pingpong(2, "mpsc_polling_us"), pingpong(2, "mpsc_us")
       w(string.format("The round trip on one CPU (%s µs, Lua 5.4) is faster than on two (%s µs) in this run. On one " ..
         "CPU vmpool never spins (`src/spin.rs`): each round trip is two wake-ups and two context switches. On two " ..
-        "CPUs a waiting thread first spins (up to 50 µs for the caller, 20 µs for an idle worker, adapted to the " ..
+        "CPUs a waiting thread first spins (up to 50 µs for the caller, 100 µs for an idle worker, adapted to the " ..
         "waits it sees), the fast path when the reply comes quickly (the prototypes measured 1.0–1.3 µs on this " ..
         "kind of machine). The Rust rows of the same repetitions show what the machine allowed: a spinning " ..
         "ping-pong took %s µs, polling channels %s µs, channels that park after a short spin %s µs.",
