@@ -82,7 +82,7 @@ http {
     vmpool.ngx.init_worker()
   }
   server {
-    listen 127.0.0.1:@PORT@;
+    listen 127.0.0.1:@PORT@@LISTEN@;
     location = /ping {
       content_by_lua_block { ngx.header.content_length = 5 ngx.print("pong\n") }
     }
@@ -117,7 +117,12 @@ local WORKERS = { inline1 = 1, vmpool = 1, vmpool_idle = 1, rwt = 1, inline2 = 2
 
 local function server(workers)
   local port = H.free_port()
-  local subst = { ROOT = H.ROOT, PORT = port, CORE = CORE, THREADS = THREADS, WORK = WORK, WORKERS = workers }
+  -- with more than one worker each has a listening socket of its own (reuseport), and the kernel
+  -- spreads wrk's connections over them: with one shared socket, the first worker to wake
+  -- accepted all 20 in two of the three rounds of 2026-12-04's report, and the 2-worker variant
+  -- made the req/s of one (1,441-1,455 against 2,882 in the round where they spread)
+  local subst = { ROOT = H.ROOT, PORT = port, CORE = CORE, THREADS = THREADS, WORK = WORK, WORKERS = workers,
+    LISTEN = workers > 1 and " reuseport" or "" }
   local conf = CONF:gsub("@(%u+)@", function(k) return subst[k] and tostring(subst[k]) end)
   local nginx = H.new(conf, { ["work.lua"] = WORK_SOURCE })
   nginx:start(port)
