@@ -126,13 +126,12 @@ measure("echo10", count(20000), function(n)
   end
 end)
 
--- The two figures with 1,000 calls in flight are warmed up with 30,000 calls, not the others' tenth:
--- the pool keeps up to 32,768 spare call records, and until a run has made about 20,000 calls it
--- is still creating them (the host's collector finalizes dead futures in batches of ~20,000;
--- bench/results/2026-12-01-futures-host-path.md). A shorter warm-up measured that transient, not
--- the steady state: futures made 0.57-0.77M calls/s after 1,000 calls against 1.06-1.14M after
--- 30,000, three runs each on Lua 5.4 (bench/results/2026-12-04-futures-warm-up.md). --warm=N sets another
--- number of warm-up calls.
+-- The two figures with 1,000 calls in flight are warmed up with 30,000 calls (--warm=N: N), not
+-- the others' tenth: the pool keeps up to 32,768 spare call records, and until a run has made
+-- about 20,000 calls it is still creating them (the host's collector finalizes dead futures in
+-- batches of ~20,000; bench/results/2026-12-01-futures-host-path.md). A shorter warm-up measured
+-- that transient, not the steady state: futures made 0.57-0.77M calls/s after 1,000 calls against
+-- 1.06-1.14M after 30,000, three runs each on Lua 5.4 (bench/results/2026-12-04-futures-warm-up.md).
 local WARM_IN_FLIGHT = tonumber(o.warm) or count(30) * IN_FLIGHT
 
 measure("submit", count(20) * IN_FLIGHT, function(n)
