@@ -72,7 +72,9 @@ function Model:store(k, v, ttl, flags)
 end
 
 local KEYS = { "a", "b", "c", "d", "e", 5 }
-local STRINGS = { "", "x", "a\0b", string.rep("long", 50) }
+-- strings of the same length as others (x, y; a\0b, abc): a set of one over another is done in
+-- the read cache slot without the lock (home slots, src/shared/read_cache.rs)
+local STRINGS = { "", "x", "y", "a\0b", "abc", string.rep("long", 50) }
 
 local function random_value(r)
   local kind = r(6)

@@ -14,7 +14,10 @@
 //! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). Most `get`s take no
 //! lock at all: they read the key's slot in the shard's read cache (`read_cache.rs`), which every
 //! write of a key updates through [`KeyWrite`] before the lock is released, and every removal of
-//! an entry empties. The capacity is one
+//! an entry empties. Most `set`s of a short string take no lock either: a string without TTL
+//! makes the slot its value's home, and a `set` of a string of the same length is done in the
+//! slot ([`Dict::store_str`]; the entry's `home` and `read_cache.rs` say how the locked paths
+//! stay right). The capacity is one
 //! byte budget for the whole dictionary, reserved with an atomic counter, so a dictionary of any
 //! size can hold one entry as large as itself.
 //!
@@ -56,7 +59,7 @@ use foldhash::fast::RandomState;
 use lru::LruCache;
 use parking_lot::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use super::read_cache::{self, HitValue, ReadCache};
+use super::read_cache::{self, Hit, HitValue, Occupant, ReadCache};
 
 /// Bytes an entry costs besides its key and value (about what ngx's node and slab rounding cost),
 /// so that many tiny entries cannot exceed the capacity by much in real memory.
@@ -188,6 +191,11 @@ struct Entry {
     /// Set by reads (under the shared lock), cleared by eviction passing over the entry: a read
     /// entry gets a second chance before it is evicted.
     referenced: AtomicBool,
+    /// The key's read cache slot is the home of its value (a string without TTL): `set`s of a
+    /// string of the same length write the slot only (`ReadCache::rewrite`), and this entry's
+    /// bytes and flags may be older than the slot's until they are taken back. Changed under the
+    /// shard's write lock only.
+    home: bool,
 }
 
 impl Entry {
@@ -198,7 +206,20 @@ impl Entry {
             expires,
             size,
             referenced: AtomicBool::new(false),
+            home: false,
         }
+    }
+
+    /// Takes back the value and flags its home slot held (`value` is as long as the string
+    /// stored: a rewrite in the slot keeps the length).
+    fn take_back(&mut self, value: &[u8], flags: u32) {
+        if let Stored::Scalar(Scalar::Str(b)) = &mut self.value {
+            if b.len() == value.len() {
+                b.copy_from_slice(value);
+            }
+        }
+        self.flags = flags;
+        self.home = false;
     }
 
     /// Marks the entry as read. Only a load when it is marked already, so that readers on
@@ -324,13 +345,63 @@ impl std::ops::DerefMut for OwnLines {
 struct Shard {
     map: RwLock<OwnLines>,
     cache: ReadCache,
+    /// When the shard's least recently used entry expires (0: never, or no entry), as of the
+    /// last release of the write lock ([`ShardWrite`]). A `set` done in a home slot without the
+    /// lock ([`Dict::store_str`]) skips the lazy removal of expired entries from that end only
+    /// when this says there is none to remove, so that it removes what a locked `set` would.
+    tail_expires: AtomicU64,
+}
+
+impl Shard {
+    fn write(&self) -> ShardWrite<'_> {
+        ShardWrite {
+            map: self.map.write(),
+            tail_expires: &self.tail_expires,
+        }
+    }
+
+    fn try_write(&self) -> Option<ShardWrite<'_>> {
+        Some(ShardWrite {
+            map: self.map.try_write()?,
+            tail_expires: &self.tail_expires,
+        })
+    }
+}
+
+/// The shard's write lock; on release it records when the least recently used entry expires
+/// (written only when that changed: the word shares a line with what every `get` reads).
+struct ShardWrite<'a> {
+    map: RwLockWriteGuard<'a, OwnLines>,
+    tail_expires: &'a AtomicU64,
+}
+
+impl std::ops::Deref for ShardWrite<'_> {
+    type Target = Map;
+    fn deref(&self) -> &Map {
+        &self.map
+    }
+}
+
+impl std::ops::DerefMut for ShardWrite<'_> {
+    fn deref_mut(&mut self) -> &mut Map {
+        &mut self.map
+    }
+}
+
+impl Drop for ShardWrite<'_> {
+    fn drop(&mut self) {
+        let tail = self.map.peek_lru().map_or(0, |(_, e)| e.expires);
+        if self.tail_expires.load(Ordering::Relaxed) != tail {
+            self.tail_expires.store(tail, Ordering::Relaxed);
+        }
+    }
 }
 
 /// A shard locked for writing `key`: its read cache slot is being written for as long as this
 /// lives, and when it drops the slot gets the key's new state. Every write of a key goes
 /// through one, so no write path can leave the cache behind the map.
 struct KeyWrite<'a> {
-    map: RwLockWriteGuard<'a, OwnLines>,
+    map: ShardWrite<'a>,
     cache: &'a ReadCache,
     hash: u64,
     key: &'a [u8],
@@ -358,8 +429,13 @@ impl Drop for KeyWrite<'_> {
         if self.published {
             return;
         }
-        let state = self.map.peek(self.key).and_then(|e| e.cached(self.now));
-        self.cache.end(self.hash, self.key, state);
+        let (cache, hash, key, now) = (self.cache, self.hash, self.key, self.now);
+        match self.map.peek_mut(key) {
+            Some(e) => e.home = cache.end(hash, key, e.cached(now)),
+            None => {
+                cache.end(hash, key, None);
+            }
+        }
     }
 }
 
@@ -421,6 +497,26 @@ pub fn ttl_ns(seconds: f64) -> u64 {
     }
 }
 
+/// What a read of the read cache found, a string's bytes handed to `out`.
+fn found(hit: Hit, out: &mut impl ValueSink) -> Found {
+    let value = match hit.value {
+        HitValue::Bool(b) => Kind::Bool(b),
+        HitValue::Int(i) => Kind::Num(Number::Int(i)),
+        HitValue::Float(f) => Kind::Num(Number::Float(f)),
+        HitValue::Str { .. } => {
+            if !out.put(hit.value.bytes()) {
+                return Found::NoMemory;
+            }
+            Kind::Str
+        }
+    };
+    Found::Value {
+        value,
+        flags: hit.flags,
+        stale: false,
+    }
+}
+
 impl Dict {
     /// A dictionary of `capacity` bytes in `shards` shards (both at least 1).
     pub fn new(capacity: usize, shards: usize) -> Dict {
@@ -433,6 +529,7 @@ impl Dict {
                     RandomState::default(),
                 ))),
                 cache: ReadCache::new(slots),
+                tail_expires: AtomicU64::new(0),
             })
             .collect();
         Dict {
@@ -498,10 +595,15 @@ impl Dict {
     fn write_key<'a>(&'a self, key: &'a [u8], now: &'a Now<'a>) -> (usize, KeyWrite<'a>) {
         let (own, hash) = self.locate(key);
         let shard = &self.shards[own];
-        let map = shard.map.write();
-        shard.cache.begin(hash, key, |occupant| {
-            if let Some(e) = map.peek(occupant) {
-                e.touch();
+        let mut map = shard.write();
+        shard.cache.begin(hash, key, |occupant, o: Occupant| {
+            if let Some(e) = map.peek_mut(occupant) {
+                if o.touched {
+                    e.touch();
+                }
+                if let Some((value, flags)) = o.home {
+                    e.take_back(value, flags);
+                }
             }
         });
         let guard = KeyWrite {
@@ -601,7 +703,7 @@ impl Dict {
         let n = self.shards.len();
         for step in 1..n {
             let i = (own + step) % n;
-            if let Some(mut other) = self.shards[i].map.try_write() {
+            if let Some(mut other) = self.shards[i].try_write() {
                 if let Some(e) = self.pop_victim(i, &mut other) {
                     self.release(e.size);
                     return true;
@@ -621,7 +723,7 @@ impl Dict {
             return map;
         }
         drop(map);
-        self.expire_tail(own, &mut shard.map.write(), now);
+        self.expire_tail(own, &mut shard.write(), now);
         shard.map.read()
     }
 
@@ -656,22 +758,7 @@ impl Dict {
         let (own, hash) = self.locate(key);
         if !stale {
             if let Some(hit) = self.shards[own].cache.read(hash, key, || self.now()) {
-                let value = match hit.value {
-                    HitValue::Bool(b) => Kind::Bool(b),
-                    HitValue::Int(i) => Kind::Num(Number::Int(i)),
-                    HitValue::Float(f) => Kind::Num(Number::Float(f)),
-                    HitValue::Str { .. } => {
-                        if !out.put(hit.value.bytes()) {
-                            return Found::NoMemory;
-                        }
-                        Kind::Str
-                    }
-                };
-                return Found::Value {
-                    value,
-                    flags: hit.flags,
-                    stale: false,
-                };
+                return found(hit, out);
             }
         }
         let now = &self.clock();
@@ -684,6 +771,11 @@ impl Dict {
             return Found::Missing;
         }
         e.touch();
+        if e.home {
+            if let Some(hit) = self.shards[own].cache.read_home(hash, key) {
+                return found(hit, out);
+            }
+        }
         let value = match &e.value {
             Stored::List(_) => return Found::List,
             Stored::Scalar(Scalar::Bool(b)) => Kind::Bool(*b),
@@ -741,6 +833,9 @@ impl Dict {
         ttl: u64,
         flags: u32,
     ) -> Option<Result<Written, Refused>> {
+        if mode != Mode::Add && ttl == 0 && self.rewrite_at_home(key, value, flags) {
+            return Some(Ok(Written { forcible: false }));
+        }
         let now = &self.clock();
         let (own, mut map) = self.write_key(key, now);
         self.expire_tail(own, &mut map, now);
@@ -759,6 +854,23 @@ impl Dict {
             flags,
             now,
         ))
+    }
+
+    /// `set` or `replace` of a string without TTL, done in the key's home slot without the
+    /// shard's lock ([`ReadCache::rewrite`]) when the slot holds a string of the same length and
+    /// the shard has no expired entry for a locked `set` to remove first. Such a key is live (a
+    /// home holds no TTL), and its size does not change; false when this does not apply.
+    fn rewrite_at_home(&self, key: &[u8], value: &[u8], flags: u32) -> bool {
+        if value.len() > read_cache::BYTES {
+            return false;
+        }
+        let (own, hash) = self.locate(key);
+        let shard = &self.shards[own];
+        let tail = shard.tail_expires.load(Ordering::Relaxed);
+        if tail != 0 && tail <= self.now() {
+            return false;
+        }
+        shard.cache.rewrite(hash, key, value, flags)
     }
 
     /// The store itself, in shard `own` locked for `key` (`map`), its expired tail removed.
@@ -839,7 +951,7 @@ impl Dict {
         if e.expires != deadline {
             e.expires = deadline;
         }
-        map.cache.end(map.hash, key, e.cached(now));
+        e.home = map.cache.end(map.hash, key, e.cached(now));
         map.published = true;
         // marked, not moved to the front: see `Dict::put`
         e.touch();
@@ -1066,8 +1178,17 @@ impl Dict {
         let now = &self.clock();
         let mut freed = 0;
         for (i, shard) in self.shards.iter().enumerate() {
-            let mut map = shard.map.write();
-            for (_, e) in map.iter_mut() {
+            let mut map = shard.write();
+            for (k, e) in map.iter_mut() {
+                // values at home go back into their entries: the slots are emptied below
+                if e.home {
+                    if let Some((bytes, len, flags)) =
+                        shard.cache.take_home(self.hasher.hash_one(k), k)
+                    {
+                        e.take_back(&bytes[..len], flags);
+                    }
+                    e.home = false;
+                }
                 e.expires = now.get();
             }
             // before the read cache is emptied: its marks of read entries are part of the order
@@ -1087,7 +1208,7 @@ impl Dict {
         let now = &self.clock();
         let mut freed = 0;
         for shard in self.shards.iter() {
-            let mut map = shard.map.write();
+            let mut map = shard.write();
             map.retain(|k, e| {
                 let remove = e.expired(now) && (max == 0 || freed < max);
                 if remove {
@@ -1430,6 +1551,133 @@ mod tests {
         )
         .unwrap();
         assert_eq!(overwrite(&d, Mode::Set, b"n", b"12345678", 0, 0), None);
+    }
+
+    /// Whether `k`'s entry says its value is at home in its slot, and the entry's own bytes.
+    fn entry_home(d: &Dict, k: &[u8]) -> (bool, Vec<u8>) {
+        let map = d.shards[d.locate(k).0].map.read();
+        let e = map.peek(k).expect("an entry");
+        match &e.value {
+            Stored::Scalar(Scalar::Str(b)) => (e.home, b.to_vec()),
+            other => panic!("not a string: {other:?}"),
+        }
+    }
+
+    fn set_str(d: &Dict, k: &[u8], v: &[u8], flags: u32) {
+        d.store_str(Mode::Set, false, k, v, 0, flags)
+            .unwrap()
+            .unwrap();
+    }
+
+    fn value(v: &str, flags: u32, stale: bool) -> Got {
+        Got::Value {
+            value: s(v),
+            flags,
+            stale,
+        }
+    }
+
+    #[test]
+    fn a_string_set_at_home_is_what_every_later_read_and_write_of_the_key_sees() {
+        // one shard of 8 read cache slots: the other keys below soon take `k`'s slot
+        let d = Dict::new(4096, 1);
+        set_str(&d, b"k", b"aaaa", 1);
+        assert_eq!(entry_home(&d, b"k"), (true, b"aaaa".to_vec()));
+        set_str(&d, b"k", b"bbbb", 2);
+        // written in the slot only: the entry's copy is the older one
+        assert_eq!(entry_home(&d, b"k"), (true, b"aaaa".to_vec()));
+        assert_eq!(d.get(b"k", false), value("bbbb", 2, false));
+        // get_stale takes the lock, and reads the home slot
+        assert_eq!(d.get(b"k", true), value("bbbb", 2, false));
+        assert_eq!(d.ttl(b"k"), Some(0));
+        // another key taking the slot gives the value back to the entry
+        let mut i = 0;
+        while entry_home(&d, b"k").0 {
+            set_str(&d, format!("other-{i}").as_bytes(), b"x", 0);
+            i += 1;
+            assert!(i < 1000, "no other key took k's slot");
+        }
+        assert_eq!(entry_home(&d, b"k"), (false, b"bbbb".to_vec()));
+        assert_eq!(d.get(b"k", false), value("bbbb", 2, false));
+        // a write of another length takes the lock, and finds the current value's size
+        set_str(&d, b"k", b"cc", 3);
+        assert_eq!(d.get(b"k", false), value("cc", 3, false));
+        // replace at home; add is refused as for any live key
+        set_str(&d, b"k", b"dd", 3);
+        assert_eq!(
+            d.store_str(Mode::Replace, false, b"k", b"ee", 0, 4),
+            Some(Ok(Written { forcible: false }))
+        );
+        assert_eq!(
+            d.store_str(Mode::Add, false, b"k", b"ff", 0, 4),
+            Some(Err(refused("exists")))
+        );
+        assert_eq!(d.get(b"k", false), value("ee", 4, false));
+        // a TTL takes the lock and ends the home: the entry has the value
+        d.store_str(Mode::Set, false, b"k", b"gg", ttl_ns(60.0), 5)
+            .unwrap()
+            .unwrap();
+        assert_eq!(entry_home(&d, b"k"), (false, b"gg".to_vec()));
+        assert_eq!(d.get(b"k", false), value("gg", 5, false));
+    }
+
+    #[test]
+    fn every_locked_write_of_a_key_at_home_starts_from_its_current_value() {
+        let d = Dict::new(1 << 20, 1);
+        let at_home = |k: &[u8]| {
+            set_str(&d, k, b"0000", 0);
+            set_str(&d, k, b"1111", 7);
+            assert!(entry_home(&d, k).0);
+        };
+        at_home(b"k");
+        assert!(d.expire(b"k", ttl_ns(60.0)));
+        assert_eq!(d.get(b"k", true), value("1111", 7, false));
+        at_home(b"k");
+        assert_eq!(
+            d.incr(b"k", Number::Int(1), None),
+            Err(refused("not a number"))
+        );
+        assert_eq!(d.get(b"k", false), value("1111", 7, false));
+        at_home(b"k");
+        assert_eq!(
+            d.push(b"k", Item::Num(Number::Int(1)), true),
+            Err(refused("value not a list"))
+        );
+        assert_eq!(d.get(b"k", true), value("1111", 7, false));
+        at_home(b"k");
+        d.store(Mode::Set, false, b"k", None, 0, 0).unwrap();
+        assert_eq!(d.get(b"k", true), Got::Missing);
+        // flush_all: the values at home are what get_stale reads afterwards
+        at_home(b"a");
+        at_home(b"b");
+        for k in ["c", "d", "e", "f"] {
+            set_str(&d, k.as_bytes(), b"cdef", 0);
+        }
+        at_home(b"a");
+        at_home(b"b");
+        d.flush_all();
+        // (get_stale only: a get would remove expired entries, which all are now)
+        assert_eq!(d.get(b"a", true), value("1111", 7, true));
+        assert_eq!(d.get(b"b", true), value("1111", 7, true));
+    }
+
+    #[test]
+    fn a_set_at_home_removes_an_expired_entry_as_a_locked_set_does() {
+        let d = Dict::new(1 << 20, 1);
+        d.store(Mode::Set, false, b"old", Some(s("x")), ttl_ns(1.0), 0)
+            .unwrap();
+        set_str(&d, b"k", b"aaaa", 0);
+        set_str(&d, b"k", b"bbbb", 0);
+        assert_eq!(
+            entry_home(&d, b"k"),
+            (true, b"aaaa".to_vec()),
+            "done at home"
+        );
+        d.advance(2.0);
+        // "old", at the least recently used end, has expired: this set goes through the lock
+        set_str(&d, b"k", b"cccc", 0);
+        assert_eq!(d.get(b"old", true), Got::Missing, "removed by the set");
+        assert_eq!(d.get(b"k", false), value("cccc", 0, false));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! A shard's read cache: the current value of recently written keys, readable without taking
-//! the shard's lock.
+//! the shard's lock, and the home of short strings that `set` rewrites without it.
 //!
 //! Why: a `get` under the shard's read lock writes the lock's word twice (taking and releasing
 //! it). With several threads reading the same keys, that cache line moves between the CPUs on
@@ -9,12 +9,24 @@
 //!
 //! Each slot is a sequence lock over atomic words, so it is sound in Rust: readers load the
 //! sequence, the words and the sequence again, and use what they read only if the sequence was
-//! even and did not change. Only the holder of the shard's write lock changes a slot, so there
-//! is one writer per slot at a time. The dictionary keeps the slots in step with its map:
-//! every write of a key ends by publishing the key's new state (or an empty slot), and every
-//! removal of another key (eviction, expiry, flush) forgets that key's slot. A key whose slot
-//! another key took, a value that does not fit, a list and an expired entry go to the locked
-//! path, which is always right.
+//! even and did not change. A writer takes the slot by moving its sequence from even to odd with
+//! a compare-and-swap ([`acquire`]) and gives it back at the next even value. The holder of the
+//! shard's write lock writes slots, and the dictionary keeps them in step with its map: every
+//! write of a key ends by publishing the key's new state (or an empty slot), and every removal
+//! of another key (eviction, expiry, flush) forgets that key's slot. A key whose slot another key
+//! took, a value that does not fit, a list and an expired entry go to the locked path, which is
+//! always right.
+//!
+//! **Home slots.** A published string without a TTL makes the slot its key's *home* ([`HOME`]):
+//! then a `set` of a string of the same length writes the slot only ([`ReadCache::rewrite`]),
+//! without the shard's lock and without the entry, and the slot holds the current value while
+//! the entry's copy may be older. A set that took the lock wrote three cache lines (the lock's
+//! word, the slot, the value's bytes), each of which the other CPUs then fetched again: with the
+//! host and two states setting the same keys, LuaJIT's scaling was 1.37-1.44x; writing the slot
+//! alone gave 1.55-1.59x (bench/results/2026-12-04-shared-home-slots.md). The dictionary's locked
+//! paths honour it: a write of the key, or of another key taking its slot, first puts the value
+//! back into the entry ([`ReadCache::begin`]); a locked read of a home entry reads the slot
+//! ([`ReadCache::read_home`]); `flush_all` takes every value home first ([`ReadCache::take_home`]).
 //!
 //! A hit marks the slot as referenced, the CLOCK bit that eviction reads (`Dict`'s
 //! `pop_victim`); the dictionary moves that bit onto the entry before the slot changes hands.
@@ -33,8 +45,11 @@ pub enum Value<'a> {
 /// Longest key a slot holds, and longest string value: 6 words of 8 bytes.
 pub const WORDS: usize = 6;
 pub const BYTES: usize = WORDS * 8;
-/// Most slots per shard.
-pub const MAX_SLOTS: usize = 256;
+/// Most slots per shard (within a quarter of the capacity: `Dict::new`).
+/// 1,000 keys in 16 shards of 256 slots left about a fifth of them sharing a slot with another
+/// key, whose gets and sets then took the lock; 1024 slots took LuaJIT's scaling from 1.53-1.57x
+/// to 1.59-1.60x (bench/results/2026-12-04-shared-home-slots.md).
+pub const MAX_SLOTS: usize = 1024;
 /// Fewest slots per shard.
 pub const MIN_SLOTS: usize = 4;
 
@@ -44,6 +59,10 @@ const TRUE: u64 = 2;
 const INT: u64 = 3;
 const FLOAT: u64 = 4;
 const STR: u64 = 5;
+/// In `meta`: the slot is the home of its key's value (a string without TTL). Never set on a
+/// slot that a holder of the shard's lock has begun writing ([`ReadCache::begin`] clears it),
+/// which is how [`acquire`] tells a rewrite in progress from the lock holder's own write.
+const HOME: u64 = 1 << 24;
 
 /// One key's state: 128 bytes, one x86 line pair, so that slots do not share lines.
 ///
@@ -57,7 +76,7 @@ const STR: u64 = 5;
 struct Slot {
     /// Odd while the slot is being written.
     seq: AtomicU64,
-    /// Kind (bits 0-7), key length (8-15), string length (16-23), flags (32-63).
+    /// Kind (bits 0-7), key length (8-15), string length (16-23), [`HOME`] (24), flags (32-63).
     meta: AtomicU64,
     expires: AtomicU64,
     /// Set by hits (only when clear, so readers do not take turns writing the line).
@@ -100,6 +119,15 @@ impl HitValue {
             _ => &[],
         }
     }
+}
+
+/// What [`ReadCache::begin`] tells the dictionary about the key whose slot it takes (that key
+/// itself included).
+pub struct Occupant<'a> {
+    /// Another key's read mark, taken off the slot: the entry keeps it.
+    pub touched: bool,
+    /// The key's current value and flags, when the slot was its home: the entry takes them back.
+    pub home: Option<(&'a [u8], u32)>,
 }
 
 /// How many words hold `len` bytes.
@@ -164,85 +192,126 @@ impl ReadCache {
     /// `now()`, which is only called for a value with a TTL): then the caller takes the lock.
     pub fn read(&self, hash: u64, key: &[u8], now: impl FnOnce() -> u64) -> Option<Hit> {
         let slot = self.slot(hash);
-        let s1 = slot.seq.load(Ordering::Acquire);
-        if s1 & 1 == 1 {
+        let Snapshot::Held {
+            meta,
+            expires,
+            value,
+        } = snapshot(slot, key)
+        else {
             return None;
-        }
-        let meta = slot.meta.load(Ordering::Relaxed);
-        // a reader never trusts what it read before the sequence is checked again below, but a
-        // mismatch means "not cached" either way
-        if !holds_key(slot, meta, key) {
-            return None;
-        }
-        let kind = meta & 0xff;
-        let expires = slot.expires.load(Ordering::Relaxed);
-        let len = (((meta >> 16) & 0xff) as usize).min(BYTES);
-        let mut value = [0u64; WORDS];
-        // a number is in the first word; a string in as many as it needs
-        for (i, w) in value.iter_mut().enumerate().take(words_for(len).max(1)) {
-            *w = slot.value(i).load(Ordering::Relaxed);
-        }
-        // the loads above happen before the sequence is read again
-        fence(Ordering::Acquire);
-        if slot.seq.load(Ordering::Relaxed) != s1 {
-            return None;
-        }
+        };
         if expires != 0 && expires <= now() {
             return None;
         }
         if !slot.referenced.load(Ordering::Relaxed) {
             slot.referenced.store(true, Ordering::Relaxed);
         }
-        let value = match kind {
-            FALSE => HitValue::Bool(false),
-            TRUE => HitValue::Bool(true),
-            INT => HitValue::Int(value[0] as i64),
-            FLOAT => HitValue::Float(f64::from_bits(value[0])),
-            _ => HitValue::Str {
-                bytes: unpack(&value),
-                len,
-            },
-        };
-        Some(Hit {
-            value,
-            flags: (meta >> 32) as u32,
-        })
+        Some(hit(meta, &value))
+    }
+
+    /// `key`'s value in its home slot, for a reader that holds the shard's lock and whose entry
+    /// says the slot is the key's home: waits out a [`ReadCache::rewrite`] in progress (no
+    /// other writer can run while the lock is held). `None` if the slot is not the key's home,
+    /// which the entry should not have said (then its own copy is current).
+    pub fn read_home(&self, hash: u64, key: &[u8]) -> Option<Hit> {
+        let slot = self.slot(hash);
+        let mut spins = 0;
+        loop {
+            match snapshot(slot, key) {
+                Snapshot::Busy => backoff(&mut spins),
+                Snapshot::Held { meta, value, .. } if meta & HOME != 0 => {
+                    return Some(hit(meta, &value))
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A `set` of `key` to a string as long as the one its home slot holds, done in the slot
+    /// alone: without the shard's lock and without the entry (see [`HOME`]). The flags are
+    /// rewritten too; the slot is marked as read, as any rewrite in place marks its entry.
+    /// False, having changed nothing, when the slot is not `key`'s home with a string of that
+    /// length, or someone is writing it: then the caller takes the lock.
+    pub fn rewrite(&self, hash: u64, key: &[u8], value: &[u8], flags: u32) -> bool {
+        let slot = self.slot(hash);
+        let s = slot.seq.load(Ordering::Acquire);
+        if s & 1 == 1 {
+            return false;
+        }
+        let meta = slot.meta.load(Ordering::Relaxed);
+        if meta & (HOME | 0xff) != HOME | STR
+            || (meta >> 16) & 0xff != value.len() as u64
+            || !holds_key(slot, meta, key)
+        {
+            return false;
+        }
+        // what was read above is what the slot holds if the sequence has not moved since
+        if slot
+            .seq
+            .compare_exchange(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // the odd sequence is visible before any of the writes that follow
+        fence(Ordering::Release);
+        for i in 0..words_for(value.len()) {
+            slot.value(i).store(word(value, i), Ordering::Relaxed);
+        }
+        let with_flags = (meta & 0xffff_ffff) | (u64::from(flags) << 32);
+        if with_flags != meta {
+            slot.meta.store(with_flags, Ordering::Relaxed);
+        }
+        if !slot.referenced.load(Ordering::Relaxed) {
+            slot.referenced.store(true, Ordering::Relaxed);
+        }
+        slot.seq.store(s + 2, Ordering::Release);
+        true
     }
 
     /// Starts the write of `key`'s slot (the caller holds the shard's write lock and ends it
-    /// with [`ReadCache::end`]). If another key in the slot was read since eviction last passed
-    /// it, calls `referenced` with that key first, so that its entry keeps its CLOCK bit. The
-    /// mark of `key` itself stays on the slot: the key was used, and leaving the bit as it is
-    /// spares the readers' next hits a write to the line.
-    pub fn begin(&self, hash: u64, key: &[u8], referenced: impl FnOnce(&[u8])) {
+    /// with [`ReadCache::end`]). If the slot was a key's home (`key`'s own, or another's), or
+    /// another key in it was read since eviction last passed it, calls `occupant` with that key
+    /// first, so that its entry takes back its value and keeps its CLOCK bit. The mark of `key`
+    /// itself stays on the slot: the key was used, and leaving the bit as it is spares the
+    /// readers' next hits a write to the line.
+    pub fn begin(&self, hash: u64, key: &[u8], occupant: impl FnOnce(&[u8], Occupant)) {
         let slot = self.slot(hash);
-        let s = slot.seq.load(Ordering::Relaxed);
-        if s & 1 == 1 {
-            return; // already being written (by this lock holder): nothing to start
+        if acquire(slot).is_none() {
+            return; // already being written by this lock holder: nothing to start
         }
-        if slot.referenced.load(Ordering::Relaxed) && !self.holds(slot, key) {
+        let meta = slot.meta.load(Ordering::Relaxed);
+        let home = meta & HOME != 0;
+        let touched = slot.referenced.load(Ordering::Relaxed) && !holds_key(slot, meta, key);
+        if touched {
             slot.referenced.store(false, Ordering::Relaxed);
-            if let Some((bytes, len)) = self.occupant(slot) {
-                referenced(&bytes[..len]);
-            }
         }
-        slot.seq.store(s + 1, Ordering::Relaxed);
-        // the odd sequence is visible before any of the writes that follow
-        fence(Ordering::Release);
+        if !(home || touched) {
+            return;
+        }
+        if let Some((bytes, len)) = self.occupant(slot) {
+            let value = home.then(|| unpack(&self.value_words(slot, meta)));
+            let home = value.as_ref().map(|v| {
+                let vlen = (((meta >> 16) & 0xff) as usize).min(BYTES);
+                (&v[..vlen], (meta >> 32) as u32)
+            });
+            occupant(&bytes[..len], Occupant { touched, home });
+        }
+        slot.meta.store(meta & !HOME, Ordering::Relaxed);
     }
 
     /// Ends a write begun with [`ReadCache::begin`]: the slot holds `key`'s `state` (value,
-    /// flags, expiry), or nothing when `state` is `None` or does not fit.
-    pub fn end(&self, hash: u64, key: &[u8], state: Option<(Value, u32, u64)>) {
+    /// flags, expiry), or nothing when `state` is `None` or does not fit. Returns whether the
+    /// slot became the key's home (a string without TTL): the entry must then say so.
+    pub fn end(&self, hash: u64, key: &[u8], state: Option<(Value, u32, u64)>) -> bool {
         let slot = self.slot(hash);
-        let mut s = slot.seq.load(Ordering::Relaxed);
-        if s & 1 == 0 {
-            // not begun (a caller that only ends): make it odd before writing, as begin does
-            s += 1;
-            slot.seq.store(s, Ordering::Relaxed);
-            fence(Ordering::Release);
-        }
+        // begun: the sequence is odd already; not begun (a caller that only ends): take it now
+        let s = match acquire(slot) {
+            Some(even) => even + 1,
+            None => slot.seq.load(Ordering::Relaxed),
+        };
         let fits = |v: &Value| !matches!(v, Value::Str(b) if b.len() > BYTES);
+        let mut home = false;
         match state {
             Some((v, flags, expires)) if key.len() <= BYTES && fits(&v) => {
                 // only the words the key and the value need: readers compare and copy no more
@@ -265,12 +334,14 @@ impl ReadCache {
                         for i in 0..words_for(b.len()) {
                             slot.value(i).store(word(b, i), Ordering::Relaxed);
                         }
+                        home = expires == 0;
                         (STR, b.len())
                     }
                 };
                 let meta = kind
                     | ((key.len() as u64) << 8)
                     | ((len as u64) << 16)
+                    | if home { HOME } else { 0 }
                     | (u64::from(flags) << 32);
                 slot.meta.store(meta, Ordering::Relaxed);
                 slot.expires.store(expires, Ordering::Relaxed);
@@ -284,26 +355,54 @@ impl ReadCache {
             }
         }
         slot.seq.store(s + 1, Ordering::Release);
+        home
     }
 
     /// Empties `key`'s slot if it holds `key` (the caller holds the shard's write lock and has
-    /// removed the entry). A slot being written by that same caller is left to its `end`.
+    /// removed the entry, so a value at home there goes with it). A slot being written by that
+    /// same caller is left to its `end`.
     pub fn forget(&self, hash: u64, key: &[u8]) {
         let slot = self.slot(hash);
-        let s = slot.seq.load(Ordering::Relaxed);
-        if s & 1 == 0 && self.holds(slot, key) {
-            empty(slot, s);
+        // the key's words do not change under a rewrite: no need to take the slot to look
+        if !self.holds(slot, key) {
+            return;
+        }
+        if let Some(s) = acquire(slot) {
+            if self.holds(slot, key) {
+                clear(slot);
+            }
+            slot.seq.store(s + 2, Ordering::Release);
         }
     }
 
-    /// Empties every slot (the caller holds the shard's write lock).
+    /// Empties every slot (the caller holds the shard's write lock and has taken every value
+    /// home back into its entry with [`ReadCache::take_home`]).
     pub fn forget_all(&self) {
         for slot in self.slots.iter() {
-            let s = slot.seq.load(Ordering::Relaxed);
-            if s & 1 == 0 {
-                empty(slot, s);
+            if let Some(s) = acquire(slot) {
+                clear(slot);
+                slot.seq.store(s + 2, Ordering::Release);
             }
         }
+    }
+
+    /// `key`'s value and flags if its slot is its home, which the slot stops being: the caller,
+    /// holding the shard's write lock, puts them back into the entry.
+    pub fn take_home(&self, hash: u64, key: &[u8]) -> Option<([u8; BYTES], usize, u32)> {
+        let slot = self.slot(hash);
+        let s = acquire(slot)?;
+        let meta = slot.meta.load(Ordering::Relaxed);
+        let taken = (meta & HOME != 0 && holds_key(slot, meta, key)).then(|| {
+            slot.meta.store(meta & !HOME, Ordering::Relaxed);
+            let len = (((meta >> 16) & 0xff) as usize).min(BYTES);
+            (
+                unpack(&self.value_words(slot, meta)),
+                len,
+                (meta >> 32) as u32,
+            )
+        });
+        slot.seq.store(s + 2, Ordering::Release);
+        taken
     }
 
     /// Whether `key`'s slot holds `key` and was read since it was written; clears the mark
@@ -313,6 +412,16 @@ impl ReadCache {
         self.holds(slot, key)
             && slot.referenced.load(Ordering::Relaxed)
             && slot.referenced.swap(false, Ordering::Relaxed)
+    }
+
+    /// The words of the value the slot holds (the caller holds the slot).
+    fn value_words(&self, slot: &Slot, meta: u64) -> [u64; WORDS] {
+        let len = (((meta >> 16) & 0xff) as usize).min(BYTES);
+        let mut value = [0u64; WORDS];
+        for (i, w) in value.iter_mut().enumerate().take(words_for(len)) {
+            *w = slot.value(i).load(Ordering::Relaxed);
+        }
+        value
     }
 
     /// The slot's occupant: its key's bytes and length, if any (only the lock holder calls
@@ -345,14 +454,112 @@ fn holds_key(slot: &Slot, meta: u64, key: &[u8]) -> bool {
         && (0..words_for(key.len())).all(|i| slot.key(i).load(Ordering::Relaxed) == word(key, i))
 }
 
-/// Empties `slot`, whose even sequence is `s`, as one write (the caller holds the shard's write
-/// lock, and nobody else is writing the slot).
-fn empty(slot: &Slot, s: u64) {
-    slot.seq.store(s + 1, Ordering::Relaxed);
-    fence(Ordering::Release);
+/// What a read of a slot saw.
+enum Snapshot {
+    /// Someone is writing the slot.
+    Busy,
+    /// The slot holds another key, or nothing.
+    Other,
+    /// The slot holds the key: its `meta`, expiry and value words, read consistently.
+    Held {
+        meta: u64,
+        expires: u64,
+        value: [u64; WORDS],
+    },
+}
+
+/// A consistent read of `slot` for `key`, without writing anything (the sequence lock's read).
+#[inline(always)]
+fn snapshot(slot: &Slot, key: &[u8]) -> Snapshot {
+    let s1 = slot.seq.load(Ordering::Acquire);
+    if s1 & 1 == 1 {
+        return Snapshot::Busy;
+    }
+    let meta = slot.meta.load(Ordering::Relaxed);
+    // a reader never trusts what it read before the sequence is checked again below, but a
+    // mismatch means "not cached" either way
+    if !holds_key(slot, meta, key) {
+        return Snapshot::Other;
+    }
+    let expires = slot.expires.load(Ordering::Relaxed);
+    let len = (((meta >> 16) & 0xff) as usize).min(BYTES);
+    let mut value = [0u64; WORDS];
+    // a number is in the first word; a string in as many as it needs
+    for (i, w) in value.iter_mut().enumerate().take(words_for(len).max(1)) {
+        *w = slot.value(i).load(Ordering::Relaxed);
+    }
+    // the loads above happen before the sequence is read again
+    fence(Ordering::Acquire);
+    if slot.seq.load(Ordering::Relaxed) != s1 {
+        return Snapshot::Busy;
+    }
+    Snapshot::Held {
+        meta,
+        expires,
+        value,
+    }
+}
+
+/// The value a snapshot's `meta` and words describe.
+fn hit(meta: u64, value: &[u64; WORDS]) -> Hit {
+    let value = match meta & 0xff {
+        FALSE => HitValue::Bool(false),
+        TRUE => HitValue::Bool(true),
+        INT => HitValue::Int(value[0] as i64),
+        FLOAT => HitValue::Float(f64::from_bits(value[0])),
+        _ => HitValue::Str {
+            bytes: unpack(value),
+            len: (((meta >> 16) & 0xff) as usize).min(BYTES),
+        },
+    };
+    Hit {
+        value,
+        flags: (meta >> 32) as u32,
+    }
+}
+
+/// Takes `slot` for a write by the holder of its shard's write lock: its even sequence, now
+/// made odd. Waits out a [`ReadCache::rewrite`] in progress, the only other writer there can
+/// be. `None` if this lock holder is writing the slot already (begun and not ended: odd and
+/// not a home, see [`HOME`]).
+fn acquire(slot: &Slot) -> Option<u64> {
+    let mut spins = 0;
+    loop {
+        let s = slot.seq.load(Ordering::Relaxed);
+        if s & 1 == 1 {
+            if slot.meta.load(Ordering::Relaxed) & HOME == 0 {
+                return None;
+            }
+            backoff(&mut spins);
+            continue;
+        }
+        if slot
+            .seq
+            .compare_exchange_weak(s, s + 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            // the odd sequence is visible before any of the writes that follow
+            fence(Ordering::Release);
+            return Some(s);
+        }
+    }
+}
+
+/// Waits a little for a rewrite to end: it takes some nanoseconds, unless its thread lost its
+/// CPU in the middle, and then yielding lets it run.
+fn backoff(spins: &mut u32) {
+    if *spins < 100 {
+        *spins += 1;
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
+    }
+}
+
+/// Empties `slot` (taken by the caller): no key, no mark.
+fn clear(slot: &Slot) {
     slot.meta.store(EMPTY, Ordering::Relaxed);
     slot.referenced.store(false, Ordering::Relaxed);
-    slot.seq.store(s + 2, Ordering::Release);
 }
 
 #[cfg(test)]
@@ -360,7 +567,7 @@ mod tests {
     use super::*;
 
     fn publish(c: &ReadCache, key: &[u8], v: Value) {
-        c.begin(0, key, |_| {});
+        c.begin(0, key, |_, _| {});
         c.end(0, key, Some((v, 0, 0)));
     }
 
