@@ -4,8 +4,9 @@
 --
 --   c_call     rawequal(a, b): the cost of calling any C function from Lua, the floor of a method
 --   get, set   dict:get(key) / dict:set(key, "value-N") over 1,000 keys, nanoseconds per operation
---   alone      operations per second of the host alone (90% get, 10% set on the same keys;
---              --set-every=N makes every Nth operation a set instead, 0 none)
+--   alone      operations per second of the host alone (90% get, 10% set on the same keys, each
+--              set a value other than the last one set; --set-every=N makes every Nth operation a
+--              set instead, 0 none)
 --   together   operations per second of the host plus two pool states doing the same at once,
 --              each for the same wall-clock window; scaling = together / alone (goal >= 1.5 on 2 CPUs)
 --   compute    the machine's own ceiling for that figure: the same loop with a string operation of
@@ -73,13 +74,21 @@ local vmpool = require "vmpool"
 local clock = vmpool.clock
 function hammer(seconds, nkeys, every)
   local d = vmpool.shared("bench")
-  local keys = {}
+  local keys, values = {}, {}
   for i = 1, nkeys do keys[i] = "key-" .. i end
-  local n, stop = 0, clock() + seconds
+  -- seven strings of one length, taken in turn: a key's next set stores another one (the 100
+  -- sets of a round of 1,000 operations move each key on by two)
+  for i = 1, 7 do values[i] = "value-" .. (i - 1) end
+  local n, stop, sets = 0, clock() + seconds, 0
   while true do
     for i = 1, 1000 do
       local k = keys[(n + i) % nkeys + 1]
-      if every > 0 and i % every == 0 then d:set(k, "value") else d:get(k) end
+      if every > 0 and i % every == 0 then
+        sets = sets % 7 + 1
+        d:set(k, values[sets])
+      else
+        d:get(k)
+      end
     end
     n = n + 1000
     if clock() >= stop then return n / seconds end
@@ -90,11 +99,16 @@ function compute(seconds, nkeys, every)
   local keys, t = {}, {}
   for i = 1, nkeys do keys[i] = "key-" .. i end
   local byte = string.byte
-  local n, stop = 0, clock() + seconds
+  local n, stop, sets = 0, clock() + seconds, 0
   while true do
     for i = 1, 1000 do
       local k = keys[(n + i) % nkeys + 1]
-      if every > 0 and i % every == 0 then t[k] = byte(k, 5) else local _ = t[k] or byte(k, 5) end
+      if every > 0 and i % every == 0 then
+        sets = sets % 7 + 1
+        t[k] = byte(k, 5) + sets
+      else
+        local _ = t[k] or byte(k, 5)
+      end
     end
     n = n + 1000
     if clock() >= stop then return n / seconds end
