@@ -593,7 +593,17 @@ impl Dict {
     /// write runs at.
     #[inline]
     fn write_key<'a>(&'a self, key: &'a [u8], now: &'a Now<'a>) -> (usize, KeyWrite<'a>) {
-        let (own, hash) = self.locate(key);
+        self.write_located(key, self.locate(key), now)
+    }
+
+    /// [`Dict::write_key`] for a caller that has located `key` already ([`Dict::locate`]).
+    #[inline]
+    fn write_located<'a>(
+        &'a self,
+        key: &'a [u8],
+        (own, hash): (usize, u64),
+        now: &'a Now<'a>,
+    ) -> (usize, KeyWrite<'a>) {
         let shard = &self.shards[own];
         let mut map = shard.write();
         shard.cache.begin(hash, key, |occupant, o: Occupant| {
@@ -833,11 +843,13 @@ impl Dict {
         ttl: u64,
         flags: u32,
     ) -> Option<Result<Written, Refused>> {
-        if mode != Mode::Add && ttl == 0 && self.rewrite_at_home(key, value, flags) {
+        // hashed once for both paths
+        let at = self.locate(key);
+        if mode != Mode::Add && ttl == 0 && self.rewrite_at_home(at, key, value, flags) {
             return Some(Ok(Written { forcible: false }));
         }
         let now = &self.clock();
-        let (own, mut map) = self.write_key(key, now);
+        let (own, mut map) = self.write_located(key, at, now);
         self.expire_tail(own, &mut map, now);
         if let Some(w) = self.overwrite_string(&mut map, mode, key, value, ttl, flags, now) {
             return Some(Ok(w));
@@ -859,12 +871,15 @@ impl Dict {
     /// `set` or `replace` of a string without TTL, done in the key's home slot without the
     /// shard's lock ([`ReadCache::rewrite`]) when the slot holds a string of the same length and
     /// the shard has no expired entry for a locked `set` to remove first. Such a key is live (a
-    /// home holds no TTL), and its size does not change; false when this does not apply.
-    fn rewrite_at_home(&self, key: &[u8], value: &[u8], flags: u32) -> bool {
-        if value.len() > read_cache::BYTES {
-            return false;
-        }
-        let (own, hash) = self.locate(key);
+    /// home holds no TTL), and its size does not change; false when this does not apply. `key`
+    /// is in shard `own` with hash `hash` ([`Dict::locate`]).
+    fn rewrite_at_home(
+        &self,
+        (own, hash): (usize, u64),
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+    ) -> bool {
         let shard = &self.shards[own];
         let tail = shard.tail_expires.load(Ordering::Relaxed);
         if tail != 0 && tail <= self.now() {
@@ -1182,10 +1197,8 @@ impl Dict {
             for (k, e) in map.iter_mut() {
                 // values at home go back into their entries: the slots are emptied below
                 if e.home {
-                    if let Some((bytes, len, flags)) =
-                        shard.cache.take_home(self.hasher.hash_one(k), k)
-                    {
-                        e.take_back(&bytes[..len], flags);
+                    if let Some(h) = shard.cache.take_home(self.hasher.hash_one(k), k) {
+                        e.take_back(h.value.bytes(), h.flags);
                     }
                     e.home = false;
                 }

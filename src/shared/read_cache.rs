@@ -290,11 +290,8 @@ impl ReadCache {
             return;
         }
         if let Some((bytes, len)) = self.occupant(slot) {
-            let value = home.then(|| unpack(&self.value_words(slot, meta)));
-            let home = value.as_ref().map(|v| {
-                let vlen = (((meta >> 16) & 0xff) as usize).min(BYTES);
-                (&v[..vlen], (meta >> 32) as u32)
-            });
+            let value = home.then(|| hit(meta, &value_words(slot, meta)));
+            let home = value.as_ref().map(|h| (h.value.bytes(), h.flags));
             occupant(&bytes[..len], Occupant { touched, home });
         }
         slot.meta.store(meta & !HOME, Ordering::Relaxed);
@@ -388,18 +385,13 @@ impl ReadCache {
 
     /// `key`'s value and flags if its slot is its home, which the slot stops being: the caller,
     /// holding the shard's write lock, puts them back into the entry.
-    pub fn take_home(&self, hash: u64, key: &[u8]) -> Option<([u8; BYTES], usize, u32)> {
+    pub fn take_home(&self, hash: u64, key: &[u8]) -> Option<Hit> {
         let slot = self.slot(hash);
         let s = acquire(slot)?;
         let meta = slot.meta.load(Ordering::Relaxed);
         let taken = (meta & HOME != 0 && holds_key(slot, meta, key)).then(|| {
             slot.meta.store(meta & !HOME, Ordering::Relaxed);
-            let len = (((meta >> 16) & 0xff) as usize).min(BYTES);
-            (
-                unpack(&self.value_words(slot, meta)),
-                len,
-                (meta >> 32) as u32,
-            )
+            hit(meta, &value_words(slot, meta))
         });
         slot.seq.store(s + 2, Ordering::Release);
         taken
@@ -412,16 +404,6 @@ impl ReadCache {
         self.holds(slot, key)
             && slot.referenced.load(Ordering::Relaxed)
             && slot.referenced.swap(false, Ordering::Relaxed)
-    }
-
-    /// The words of the value the slot holds (the caller holds the slot).
-    fn value_words(&self, slot: &Slot, meta: u64) -> [u64; WORDS] {
-        let len = (((meta >> 16) & 0xff) as usize).min(BYTES);
-        let mut value = [0u64; WORDS];
-        for (i, w) in value.iter_mut().enumerate().take(words_for(len)) {
-            *w = slot.value(i).load(Ordering::Relaxed);
-        }
-        value
     }
 
     /// The slot's occupant: its key's bytes and length, if any (only the lock holder calls
@@ -482,12 +464,7 @@ fn snapshot(slot: &Slot, key: &[u8]) -> Snapshot {
         return Snapshot::Other;
     }
     let expires = slot.expires.load(Ordering::Relaxed);
-    let len = (((meta >> 16) & 0xff) as usize).min(BYTES);
-    let mut value = [0u64; WORDS];
-    // a number is in the first word; a string in as many as it needs
-    for (i, w) in value.iter_mut().enumerate().take(words_for(len).max(1)) {
-        *w = slot.value(i).load(Ordering::Relaxed);
-    }
+    let value = value_words(slot, meta);
     // the loads above happen before the sequence is read again
     fence(Ordering::Acquire);
     if slot.seq.load(Ordering::Relaxed) != s1 {
@@ -500,6 +477,27 @@ fn snapshot(slot: &Slot, key: &[u8]) -> Snapshot {
     }
 }
 
+/// The length of the string a slot's `meta` describes (0 for other kinds).
+fn value_len(meta: u64) -> usize {
+    (((meta >> 16) & 0xff) as usize).min(BYTES)
+}
+
+/// The words of the value that `slot`, whose `meta` word is `meta`, holds: a number in the
+/// first, a string in as many as it needs. Consistent only under the sequence lock (a reader
+/// checks the sequence afterwards; a writer holds the slot).
+#[inline(always)]
+fn value_words(slot: &Slot, meta: u64) -> [u64; WORDS] {
+    let mut value = [0u64; WORDS];
+    for (i, w) in value
+        .iter_mut()
+        .enumerate()
+        .take(words_for(value_len(meta)).max(1))
+    {
+        *w = slot.value(i).load(Ordering::Relaxed);
+    }
+    value
+}
+
 /// The value a snapshot's `meta` and words describe.
 fn hit(meta: u64, value: &[u64; WORDS]) -> Hit {
     let value = match meta & 0xff {
@@ -509,7 +507,7 @@ fn hit(meta: u64, value: &[u64; WORDS]) -> Hit {
         FLOAT => HitValue::Float(f64::from_bits(value[0])),
         _ => HitValue::Str {
             bytes: unpack(value),
-            len: (((meta >> 16) & 0xff) as usize).min(BYTES),
+            len: value_len(meta),
         },
     };
     Hit {
