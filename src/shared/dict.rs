@@ -881,11 +881,10 @@ impl Dict {
         flags: u32,
     ) -> bool {
         let shard = &self.shards[own];
-        let tail = shard.tail_expires.load(Ordering::Relaxed);
-        if tail != 0 && tail <= self.now() {
-            return false;
-        }
-        shard.cache.rewrite(hash, key, value, flags)
+        shard.cache.rewrite(hash, key, value, flags, || {
+            let tail = shard.tail_expires.load(Ordering::Relaxed);
+            tail == 0 || tail > self.now()
+        })
     }
 
     /// The store itself, in shard `own` locked for `key` (`map`), its expired tail removed.

@@ -231,8 +231,17 @@ impl ReadCache {
     /// alone: without the shard's lock and without the entry (see [`HOME`]). The flags are
     /// rewritten too; the slot is marked as read, as any rewrite in place marks its entry.
     /// False, having changed nothing, when the slot is not `key`'s home with a string of that
-    /// length, or someone is writing it: then the caller takes the lock.
-    pub fn rewrite(&self, hash: u64, key: &[u8], value: &[u8], flags: u32) -> bool {
+    /// length, or someone is writing it, or `may` (asked only when all else allows the rewrite,
+    /// so that its cost, a clock read, is paid by rewrites alone) says no: then the caller takes
+    /// the lock.
+    pub fn rewrite(
+        &self,
+        hash: u64,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        may: impl FnOnce() -> bool,
+    ) -> bool {
         let slot = self.slot(hash);
         let s = slot.seq.load(Ordering::Acquire);
         if s & 1 == 1 {
@@ -242,6 +251,7 @@ impl ReadCache {
         if meta & (HOME | 0xff) != HOME | STR
             || (meta >> 16) & 0xff != value.len() as u64
             || !holds_key(slot, meta, key)
+            || !may()
         {
             return false;
         }
