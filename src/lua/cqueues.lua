@@ -183,11 +183,35 @@ local function co_invoke(cq, pool, chunk, fn, ...)
   return notifier_take(notifier, token) -- the batch's last take submits it
 end
 
+-- Sleeps until `target` (a future, or a map of co_map), subscribed on the controller's entry
+-- FUTURES, finishes what it waits for (at once if it had).
+local function wait_for(cq, target)
+  local s = state_of(cq, FUTURES)
+  local token = s.notifier:_token()
+  if target:_subscribe(s.notifier, token) then
+    sleep_on(cq, s, token)
+  end
+end
+
+local native_map = native._map
+
+-- pool:co_map in a coroutine of a controller: the map's batches run in the pool while the
+-- coroutine sleeps between them, woken when the batch it waits for (the first unfinished one) is
+-- done.
+local function co_map(cq, pool, chunk, fn, list, options)
+  local m, results, errors = native_map(pool, chunk, fn, list, options)
+  while not m:_step(list, results, errors) do
+    wait_for(cq, m)
+  end
+  return results, errors
+end
+
 add_loop {
   -- cqueues.running() returns the controller (which co_invoke gets back as its first argument)
   -- and whether that controller runs this coroutine: drives's contract, with no Lua call
   drives = cqueues_running,
   co_invoke = co_invoke,
+  co_map = co_map,
 }
 
 local check_future = shared.check_future
@@ -201,12 +225,7 @@ function A.await(fut)
   if not (managed and coroutine_running() and isyieldable()) then
     return future_wait(fut)
   end
-  local s = state_of(cq, FUTURES)
-  local token = s.notifier:_token()
-  if not fut:_subscribe(s.notifier, token) then
-    return future_wait(fut) -- finished already
-  end
-  sleep_on(cq, s, token)
+  wait_for(cq, fut)
   return future_wait(fut)
 end
 

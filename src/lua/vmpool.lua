@@ -56,7 +56,8 @@ local host_co_invoke, host_co_map
 
 -- The event-loop adapters loaded (vmpool.luv, vmpool.cqueues), each { drives = function(co) ->
 -- driver, driven (driven true if that loop resumes co; driver is handed back to co_invoke),
--- co_invoke = function(driver, pool, chunk, fn, ...) }, tried in order. (Two results so that
+-- co_invoke = function(driver, pool, chunk, fn, ...), co_map = function(driver, pool, chunk, fn,
+-- list, options) }, tried in order. (Two results so that
 -- cqueues.running, which returns the controller and whether it runs this coroutine, is one.)
 local loops = {}
 -- the first adapter's functions as upvalues: a program uses one loop, and its calls then cost no
@@ -67,6 +68,29 @@ local function add_loop(adapter)
   if #loops == 1 then
     first_drives, first_co_invoke = adapter.drives, adapter.co_invoke
   end
+end
+
+-- The adapter after the first that drives `co`, and its driver; it goes first from now on (a
+-- program that loaded both adapters but runs one loop).
+local function other_loop(co)
+  for i = 2, #loops do
+    local loop = loops[i]
+    local driver, driven = loop.drives(co)
+    if driven then
+      loops[i], loops[1] = loops[1], loop
+      first_drives, first_co_invoke = loop.drives, loop.co_invoke
+      return loop, driver
+    end
+  end
+end
+
+-- The adapter that drives `co` (any of them), and its driver.
+local function loop_of(co)
+  local driver, driven = first_drives(co)
+  if driven then
+    return loops[1], driver
+  end
+  return other_loop(co)
 end
 
 local function in_coroutine()
@@ -208,15 +232,10 @@ function Pool:co_invoke(chunk, fn, ...)
     if driven then
       return first_co_invoke(driver, self, chunk, fn, ...)
     end
-    for i = 2, #loops do
-      local loop = loops[i]
-      driver, driven = loop.drives(co)
-      if driven then
-        -- a program that loaded both adapters but runs one loop: that one goes first
-        loops[i], loops[1] = loops[1], loop
-        first_drives, first_co_invoke = loop.drives, loop.co_invoke
-        return loop.co_invoke(driver, self, chunk, fn, ...)
-      end
+    local loop
+    loop, driver = other_loop(co)
+    if loop then
+      return loop.co_invoke(driver, self, chunk, fn, ...)
     end
   end
   if host_co_invoke then
@@ -234,8 +253,8 @@ function Pool:co_invoke(chunk, fn, ...)
 end
 
 --- pool:co_map(chunk, fn, list [, options]): like map, but yields the running coroutine while
---- the batches run (under vmpool.run, or inside OpenResty); elsewhere, and where the coroutine
---- cannot yield, exactly like map.
+--- the batches run (under vmpool.run, vmpool.luv, vmpool.cqueues, or inside OpenResty);
+--- elsewhere, and where the coroutine cannot yield, exactly like map.
 function Pool:co_map(chunk, fn, list, options)
   if type(self) ~= "userdata" then
     error("vmpool: bad argument #1 to 'co_map': expected a pool, got " .. type(self)
@@ -253,6 +272,13 @@ function Pool:co_map(chunk, fn, list, options)
       end
     end
     return results, errors
+  end
+  local co = coroutine_running()
+  if co and first_drives and isyieldable() then
+    local loop, driver = loop_of(co)
+    if loop then
+      return loop.co_map(driver, self, chunk, fn, list, options)
+    end
   end
   if host_co_map then
     return host_co_map(self, chunk, fn, list, options)
