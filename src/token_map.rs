@@ -1,6 +1,5 @@
-//! Call tokens: how the notifier (`host::notifier_api`) and `vmpool.run`'s driver
-//! (`host::driver_api`) hand them out and take them back ([`TokenSupply`]), and values keyed by
-//! them ([`TokenMap`]).
+//! Call tokens: how the registry of waits (`host::waits`, behind every scheduler's notifier) hands
+//! them out and takes them back ([`TokenSupply`]), and values keyed by them ([`TokenMap`]).
 //!
 //! Tokens are small and dense: a token is reused once it can never come back, so a vector
 //! indexed by the token serves the values keyed by it. An insert and a removal are one store

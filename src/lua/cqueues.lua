@@ -4,7 +4,7 @@
 -- when its own call finished:
 --
 --   waiting coroutine                          dispatcher (one coroutine per pool per controller,
---   token = notifier:_submit(pool, chunk,        alive while that pool has calls in flight there)
+--   token = notifier:_call(pool, chunk,        alive while that pool has calls in flight there)
 --     fn, ...): the call, under a token        cqueues.poll(the notifier's eventfd), which the
 --   waiting[token] = cond; cond:wait()         native side writes to when the completion queue
 --                                              goes from empty to non-empty

@@ -3,7 +3,7 @@
 -- instead of blocking the worker's event loop, with public ngx_lua APIs only:
 --
 --   request coroutine                       light thread (one per worker: an ngx.timer)
---   token = notifier:_defer(pool, chunk,    sleeps in sock:receiveany() on a unix-socket cosocket;
+--   token = notifier:_call(pool, chunk,     sleeps in sock:receiveany() on a unix-socket cosocket;
 --     fn, ...): filed in the outbox; the    the native side writes one byte to the other end when
 --     turn's first posts the flusher        the completion queue goes from empty to non-empty
 --   sem:wait()  -- yields                   tokens = notifier:drain(); sem:post() for each waiter
@@ -75,6 +75,9 @@ local function worker()
   if w == nil or w.pid ~= pid then
     -- true: a copy of it inherited through fork() refuses calls (see host_co_invoke)
     local notifier = native._notifier(true)
+    if config.batch then
+      notifier:_open_batch(0, 0) -- kept open: the flusher hands the outbox over once per turn
+    end
     w = {
       pid = pid,
       notifier = notifier,
@@ -395,15 +398,10 @@ local function host_co_invoke(pool, chunk, fn, ...)
       return pool:invoke(chunk, fn, ...)
     end
     local notifier = w.notifier
-    local token
-    if config.batch then
-      local first
-      token, first = notifier:_defer(pool, chunk, fn, ...)
-      if first then
-        w.flush_sem:post(1)
-      end
-    else
-      token = notifier:_submit(pool, chunk, fn, ...)
+    -- deferred in the worker's batch (config.batch): the turn's first call posts the flusher
+    local token, first = notifier:_call(pool, chunk, fn, ...)
+    if first then
+      w.flush_sem:post(1)
     end
     if token == false then
       W = nil -- inherited through fork(): start over with this process's own state
@@ -512,6 +510,13 @@ function A.configure(opts)
   end
   for k, v in pairs(opts) do
     config[k] = v
+  end
+  if W ~= nil and opts.batch ~= nil then
+    if config.batch then
+      W.notifier:_open_batch(0, 0)
+    else
+      W.notifier:_close_batch()
+    end
   end
 end
 

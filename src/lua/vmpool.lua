@@ -101,10 +101,12 @@ local function in_coroutine()
   return co
 end
 
-local Native = native.driver_methods
-local native_submit, native_result, native_wait = Native.submit, Native.result, Native.wait
+-- vmpool.run files its calls in a notifier, the registry of waits every scheduler uses
+-- (src/host/waits.rs)
+local Native = native.notifier_methods
+local native_submit, native_result, native_wait = Native._call, Native._take, Native._collect
 local native_watch, native_unwatch = Native._watch, Native._unwatch
-local native_batch, native_flush = Native._batch, Native._flush
+local native_batch, native_flush = Native._open_batch, Native._close_batch
 
 
 function Driver:spawn(fn, ...)
@@ -225,7 +227,7 @@ function Pool:co_invoke(chunk, fn, ...)
       -- not known to be done, and native_result waits for it; its completion wakes nobody
       d:resumed_early(co, token)
     end
-    return native_result(d.native, token)
+    return native_result(d.native, token, true)
   end
   if co and first_drives and isyieldable() then
     local driver, driven = first_drives(co)
@@ -296,7 +298,7 @@ function M.run(fn, ...)
     error("vmpool: vmpool.run cannot run inside vmpool.run (use vmpool.spawn)", 0)
   end
   local d = setmetatable({
-    native = native._driver(),
+    native = native._notifier(),
     ready = {}, -- coroutines to resume in this round
     spare = {}, -- the other round's list, reused
     waiting = {}, -- token -> coroutine waiting for that call, or false (see above)
