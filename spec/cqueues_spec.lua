@@ -356,6 +356,7 @@ end)
 
 describe("vmpool.cqueues and pool:co_map", function()
   local cq
+  require("spec.support.adapter_cases").stats(it, vcq.stats)
   require("spec.support.adapter_cases").co_map(it, {
     spawn = function(fn)
       cq = cq or cqueues.new()

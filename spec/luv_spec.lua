@@ -500,6 +500,7 @@ describe("vmpool.luv", function()
 end)
 
 describe("vmpool.luv and pool:co_map", function()
+  require("spec.support.adapter_cases").stats(it, vluv.stats)
   require("spec.support.adapter_cases").co_map(it, {
     spawn = vluv.spawn,
     run = function() run_loop() end,

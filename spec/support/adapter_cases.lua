@@ -22,6 +22,16 @@ local function range(n)
   return t
 end
 
+--- `stats` (the adapter's stats function) has every key the adapters share, as a number.
+function Cases.stats(it, stats)
+  it("stats() has the keys every adapter's stats() has, each a number", function()
+    local s = stats()
+    for _, key in ipairs(require "spec.support.adapter_stats") do
+      assert.is_number(s[key], key)
+    end
+  end)
+end
+
 --- pool:co_map under the adapter: it yields while the batches run, and gives map's results and
 --- errors.
 function Cases.co_map(it, loop)

@@ -232,11 +232,13 @@ end
 --- vmpool.cqueues.stats(): the adapter's state in this Lua state (every controller and pool that
 --- is still alive) and its counters.
 function A.stats()
-  local dispatching, in_flight, waiting, conditions = 0, 0, 0, 0
+  local dispatching, in_flight, waiting, conditions, queued, held, deferred = 0, 0, 0, 0, 0, 0, 0
   for _, pools in pairs(loops) do
     for _, s in pairs(pools) do
       if s.dispatching then dispatching = dispatching + 1 end
       in_flight = in_flight + s.in_flight
+      local live, q, h, d = pcall(s.notifier.pending, s.notifier)
+      if live then queued, held, deferred = queued + q, held + h, deferred + d end
       for _, cond in pairs(s.waiting) do
         if cond then waiting = waiting + 1 end
       end
@@ -247,6 +249,9 @@ function A.stats()
     dispatching = dispatching, -- dispatchers alive (one per pool and controller with calls in flight)
     in_flight = in_flight, -- calls and futures waited for, not yet dispatched
     waiting = waiting, -- coroutines waiting
+    queued = queued, -- finished calls whose completion the next dispatcher wake-up takes
+    held = held, -- calls filed under a token, not yet taken
+    deferred = deferred, -- calls of an open batch, not yet handed to the pool
     waits = waits,
     resumes = woken + early, -- times a waiting coroutine woke up
     early = early,

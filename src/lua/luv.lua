@@ -350,13 +350,13 @@ end
 
 --- vmpool.luv.stats(): the adapter's state in this Lua state (every pool) and its counters.
 function A.stats()
-  local watchers, in_flight, waiting, queued = 0, 0, 0, 0
+  local watchers, in_flight, waiting, queued, held, deferred = 0, 0, 0, 0, 0, 0
   for _, s in pairs(states) do
     if s.handle then watchers = watchers + 1 end
     in_flight = in_flight + s.in_flight
     -- a pool collected in this very cycle may have left its state with a finalized notifier
-    local live, n = pcall(s.notifier.pending, s.notifier)
-    if live then queued = queued + n end
+    local live, q, h, d = pcall(s.notifier.pending, s.notifier)
+    if live then queued, held, deferred = queued + q, held + h, deferred + d end
     for _, co in pairs(s.waiting) do
       if co then waiting = waiting + 1 end
     end
@@ -366,6 +366,8 @@ function A.stats()
     in_flight = in_flight, -- calls and futures waited for, not yet dispatched
     waiting = waiting, -- coroutines waiting
     queued = queued, -- finished calls whose completion the next poll callback takes
+    held = held, -- calls filed under a token, not yet taken
+    deferred = deferred, -- calls of an open batch, not yet handed to the pool
     waits = waits,
     resumes = resumes,
     wakeups = wakeups,

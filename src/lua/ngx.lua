@@ -96,7 +96,8 @@ local function worker()
       sentinel = false,
       pools = {}, -- vmpool.ngx.pool(name, ...)
       -- counters of vmpool.ngx.stats()
-      waits = 0, wakeups = 0, completions = 0, dropped = 0, timeouts = 0, light_thread_starts = 0,
+      waits = 0, wakeups = 0, empty = 0, completions = 0, dropped = 0, timeouts = 0, batched = 0,
+      light_thread_starts = 0,
     }
     W = w
   end
@@ -151,7 +152,7 @@ local function flusher(w, ctl)
   while not ctl.stop do
     local ok = ctl.sem:wait(SENTINEL_DELAY)
     if ok then
-      notifier:_flush()
+      w.batched = w.batched + notifier:_flush()
       w.flushes = w.flushes + 1
     end
   end
@@ -236,7 +237,9 @@ light_thread_main = function(premature, w, path, gen)
     local data, rerr = sock:receiveany(RING_BYTES)
     if data then
       w.wakeups = w.wakeups + 1
-      dispatch(w, notifier:drain())
+      local tokens = notifier:drain()
+      if #tokens == 0 then w.empty = w.empty + 1 end
+      dispatch(w, tokens)
     elseif rerr ~= "timeout" then
       broken = rerr
       break
@@ -582,9 +585,14 @@ function A.stats()
     light_thread = w.light_thread,
     exiting = w.exiting,
     waiting = w.waiters,
+    in_flight = w.waiters, -- calls and futures waited for, not yet dispatched
     waits = w.waits,
+    resumes = w.completions - w.dropped, -- every completion either wakes its request or is dropped
+    early = 0, -- (a request waits on a semaphore: nothing else resumes it)
     wakeups = w.wakeups,
+    empty = w.empty,
     completions = w.completions,
+    batched = w.batched,
     dropped = w.dropped,
     timeouts = w.timeouts,
     light_thread_starts = w.light_thread_starts,
