@@ -66,6 +66,7 @@ impl<V> TokenMap<V> {
     }
 
     /// Files `value` under `token`, returning the value it replaces.
+    #[inline]
     pub fn insert(&mut self, token: u64, value: V) -> Option<V> {
         let i = Self::index(token).expect("a token fits in usize");
         if i >= self.slots.len() {
@@ -82,6 +83,7 @@ impl<V> TokenMap<V> {
         Self::index(token).and_then(|i| self.slots.get(i)?.as_ref())
     }
 
+    #[inline]
     pub fn get_mut(&mut self, token: u64) -> Option<&mut V> {
         Self::index(token).and_then(|i| self.slots.get_mut(i)?.as_mut())
     }
@@ -90,6 +92,7 @@ impl<V> TokenMap<V> {
         self.get(token).is_some()
     }
 
+    #[inline]
     pub fn remove(&mut self, token: u64) -> Option<V> {
         let old = Self::index(token).and_then(|i| self.slots.get_mut(i)?.take());
         if old.is_some() {

@@ -59,7 +59,7 @@ pub struct NotifierHandle {
 impl NotifierHandle {
     /// Whether it was made with `_notifier(true)` in another process (before a `fork()`).
     fn inherited(&self) -> bool {
-        born_elsewhere(self.born, crate::sys::fork_generation())
+        self.born.is_some() && born_elsewhere(self.born, crate::sys::fork_generation())
     }
 }
 
@@ -123,7 +123,7 @@ fn push_tokens(st: State, w: &mut Waits) -> Result<c_int, Error> {
     protected(st, 0, || "collecting finished calls".into(), &mut |st| {
         st.create_table(tokens.len().min(1 << 20) as c_int, 0);
         for (i, &t) in tokens.iter().enumerate() {
-            st.push_number(t as f64);
+            st.push_integer(t as i64);
             st.raw_seti(-2, i as i64 + 1);
         }
         1
@@ -270,13 +270,13 @@ crate::lua_function!(pub fn next_token => next_token_impl);
 /// `notifier:_token()`: a token for `fut:_subscribe` that no `notifier:_call` call will use.
 fn next_token_impl(st: State) -> Result<c_int, Error> {
     let t = handle(st)?.waits.next_token();
-    st.push_number(t as f64);
+    st.push_integer(t as i64);
     Ok(1)
 }
 
 crate::lua_function!(pub fn call_api => call_impl);
-/// `notifier:_call(pool, chunk, fn, ...)` -> token, first: the call, handed to its pool now or,
-/// while a batch is open, deferred (`first`: the outbox was empty). Raises like `pool:invoke`
+/// `notifier:_call(pool, chunk, fn, ...)` -> token [, true]: the call, handed to its pool now or,
+/// while a batch is open, deferred (`true`: the outbox was empty). Raises like `pool:invoke`
 /// when the pool refuses a call handed over now; `false` from a `_notifier(true)` inherited
 /// through `fork()`.
 fn call_impl(st: State) -> Result<c_int, Error> {
@@ -293,9 +293,12 @@ fn call_impl(st: State) -> Result<c_int, Error> {
     let call = pool.prepare_with(st, 3, "co_invoke", Some(&mut n.waits.cache))?;
     st.set_top(0);
     let (token, first) = n.waits.call(&pool.pool, call)?;
-    st.push_number(token as f64);
-    st.push_bool(first);
-    Ok(2)
+    st.push_integer(token as i64);
+    if first {
+        st.push_bool(true);
+        return Ok(2);
+    }
+    Ok(1)
 }
 
 crate::lua_function!(pub fn flush => flush_impl);
@@ -360,7 +363,7 @@ crate::lua_function!(pub fn take => take_impl);
 fn take_impl(st: State) -> Result<c_int, Error> {
     let n = handle(st)?;
     let token = token_arg(st, 2)?;
-    let call = n.waits.take(token, st.to_boolean(3))?;
+    let call = n.waits.take(token, &|| st.to_boolean(3))?;
     st.set_top(0);
     let result = push_outcome(st, &call);
     n.waits.cache.put(call);

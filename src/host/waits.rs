@@ -151,6 +151,7 @@ impl Waits {
         }
     }
 
+    #[inline]
     fn file(&mut self, call: Arc<Call>, pool: Option<Arc<Pool>>, deferred: bool) -> u64 {
         let token = self.supply.take();
         let entry = InFlight {
@@ -166,6 +167,7 @@ impl Waits {
     /// `call`: handed to its pool now, or deferred while a batch is open. Returns its token and
     /// whether the outbox was empty before (the caller may arrange a flush). Raises like
     /// `pool:invoke` when the pool refuses a call handed over now.
+    #[inline]
     pub fn call(&mut self, pool: &Arc<Pool>, call: Arc<Call>) -> Result<(u64, bool), Error> {
         let Some(batch) = &self.batch else {
             return self.submit(pool, call).map(|t| (t, false));
@@ -182,18 +184,21 @@ impl Waits {
     }
 
     fn submit(&mut self, pool: &Arc<Pool>, call: Arc<Call>) -> Result<u64, Error> {
-        let token = self.file(call, Some(pool.clone()), false);
-        let Some(e) = self.calls.get_mut(token) else {
-            return Err(Error::Internal("a filed call vanished".into()));
+        let token = self.supply.take();
+        let mut entry = InFlight {
+            call,
+            pool: Some(pool.clone()),
+            deferred: false,
+            drained: false,
         };
-        if let Err(err) = start(&self.notifier, token, e) {
-            if let Some(e) = self.calls.remove(token) {
-                self.cache.put(e.call);
-            }
+        // filed once in its pool (its completion is queued, not delivered, before the filing)
+        if let Err(err) = start(&self.notifier, token, &mut entry) {
+            self.cache.put(entry.call);
             // refused before it was subscribed: its token is never queued
             self.supply.free_now(token);
             return Err(err);
         }
+        self.calls.insert(token, entry);
         Ok(token)
     }
 
@@ -253,27 +258,20 @@ impl Waits {
     }
 
     /// The call of `token`, which leaves the registry (the caller pushes its outcome and gives the
-    /// record back to `cache`). One that has not finished is an error, unless `wait`: then it is
+    /// record back to `cache`). One that has not finished is an error, unless `wait()`: then it is
     /// handed to its pool if it was deferred, and waited for (a coroutine resumed early).
-    pub fn take(&mut self, token: u64, wait: bool) -> Result<Arc<Call>, Error> {
-        let entry = self
-            .calls
-            .remove(token)
-            .ok_or_else(|| Error::Internal(format!("no call with token {token}")))?;
-        if !entry.call.is_done() {
-            if !wait {
-                self.calls.insert(token, entry);
-                return Err(Error::Internal(format!(
-                    "the call with token {token} has not finished"
-                )));
-            }
-            if entry.deferred {
-                self.calls.insert(token, entry);
-                self.flush();
-                return self.take(token, true);
-            }
-            RESULT_WAIT.with(|spin| entry.call.wait(None, spin));
+    #[inline(always)]
+    pub fn take(&mut self, token: u64, wait: &dyn Fn() -> bool) -> Result<Arc<Call>, Error> {
+        let running = match self.calls.get(token) {
+            Some(e) => !e.call.is_done(),
+            None => return Err(Error::Internal(format!("no call with token {token}"))),
+        };
+        if running {
+            self.finish_first(token, wait)?;
         }
+        let Some(entry) = self.calls.remove(token) else {
+            return Err(Error::Internal(format!("no call with token {token}")));
+        };
         self.forget(token, &entry);
         if let Some(b) = &mut self.batch {
             // the last take the batch waits for closes it
@@ -285,6 +283,26 @@ impl Waits {
             }
         }
         Ok(entry.call)
+    }
+
+    /// `take` of a call still running: an error unless `wait()`; then it is handed to its pool if
+    /// it was deferred, and waited for.
+    #[cold]
+    #[inline(never)]
+    fn finish_first(&mut self, token: u64, wait: &dyn Fn() -> bool) -> Result<(), Error> {
+        if !wait() {
+            return Err(Error::Internal(format!(
+                "the call with token {token} has not finished"
+            )));
+        }
+        let deferred = self.calls.get(token).is_some_and(|e| e.deferred);
+        if deferred {
+            self.flush();
+        }
+        if let Some(e) = self.calls.get(token) {
+            RESULT_WAIT.with(|spin| e.call.wait(None, spin));
+        }
+        Ok(())
     }
 
     /// Whether the call of `token` finished (`None`: not held).
@@ -353,6 +371,7 @@ fn subscribe(notifier: &Arc<Notifier>, token: u64, call: &Call) {
 
 /// Hands a filed call to its pool and subscribes it. A call that got an idle state comes back as
 /// a posting: the worker is woken when it is dropped.
+#[inline(always)]
 fn start(notifier: &Arc<Notifier>, token: u64, e: &mut InFlight) -> Result<Option<Posting>, Error> {
     e.deferred = false;
     let posting = match &e.pool {
