@@ -353,3 +353,20 @@ describe("vmpool.cqueues", function()
     assert.are.equal(0, vcq.stats().dispatching)
   end)
 end)
+
+describe("vmpool.cqueues and pool:co_map", function()
+  local cq
+  require("spec.support.adapter_cases").stats(it, vcq.stats)
+  require("spec.support.adapter_cases").co_map(it, {
+    spawn = function(fn)
+      cq = cq or cqueues.new()
+      cq:wrap(fn)
+    end,
+    run = function()
+      local current = cq
+      cq = nil
+      local err = run_loop(current)
+      assert(err == nil, err)
+    end,
+  })
+end)

@@ -498,3 +498,11 @@ describe("vmpool.luv", function()
       "vmpool: bad argument #1 to 'vmpool.luv.spawn': expected a function, got number")
   end)
 end)
+
+describe("vmpool.luv and pool:co_map", function()
+  require("spec.support.adapter_cases").stats(it, vluv.stats)
+  require("spec.support.adapter_cases").co_map(it, {
+    spawn = vluv.spawn,
+    run = function() run_loop() end,
+  })
+end)

@@ -1,6 +1,5 @@
-//! Call tokens: how the notifier (`host::notifier_api`) and `vmpool.run`'s driver
-//! (`host::driver_api`) hand them out and take them back ([`TokenSupply`]), and values keyed by
-//! them ([`TokenMap`]).
+//! Call tokens: how the registry of waits (`host::waits`, behind every scheduler's notifier) hands
+//! them out and takes them back ([`TokenSupply`]), and values keyed by them ([`TokenMap`]).
 //!
 //! Tokens are small and dense: a token is reused once it can never come back, so a vector
 //! indexed by the token serves the values keyed by it. An insert and a removal are one store
@@ -67,6 +66,7 @@ impl<V> TokenMap<V> {
     }
 
     /// Files `value` under `token`, returning the value it replaces.
+    #[inline]
     pub fn insert(&mut self, token: u64, value: V) -> Option<V> {
         let i = Self::index(token).expect("a token fits in usize");
         if i >= self.slots.len() {
@@ -83,6 +83,7 @@ impl<V> TokenMap<V> {
         Self::index(token).and_then(|i| self.slots.get(i)?.as_ref())
     }
 
+    #[inline]
     pub fn get_mut(&mut self, token: u64) -> Option<&mut V> {
         Self::index(token).and_then(|i| self.slots.get_mut(i)?.as_mut())
     }
@@ -91,6 +92,7 @@ impl<V> TokenMap<V> {
         self.get(token).is_some()
     }
 
+    #[inline]
     pub fn remove(&mut self, token: u64) -> Option<V> {
         let old = Self::index(token).and_then(|i| self.slots.get_mut(i)?.take());
         if old.is_some() {

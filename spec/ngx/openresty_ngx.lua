@@ -94,6 +94,13 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     assert.are.equal(0, s["ngx.waiting"])
   end)
 
+  it("gives vmpool.ngx.stats() the keys every adapter's stats() has, each a number", function()
+    local s = stats()
+    for _, key in ipairs(require "spec.support.adapter_stats") do
+      assert.is_truthy(tonumber(s["ngx." .. key]), key)
+    end
+  end)
+
   it("raises a vmpool: error in the phases that cannot yield", function()
     local expected = "^vmpool: pool:co_invoke cannot wait in nginx's (%S+) phase, which cannot yield"
     local body = select(2, H.get(tport, "/phase/set"))

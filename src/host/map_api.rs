@@ -7,12 +7,10 @@
 //! (`co_map` under `vmpool.run` and in OpenResty, in `vmpool.lua` and `ngx.lua`) hold a
 //! `MapRun` in a userdata and drive it step by step: `m:_step(list, results, errors)` does what
 //! can be done without waiting, and the scheduler is told which call to wake the coroutine for
-//! (`driver:_watch(m)`, `m:_subscribe(notifier, token)`).
+//! (`notifier:_watch(m)`, `m:_subscribe(notifier, token)`).
 
 use std::ffi::c_int;
-use std::sync::Arc;
 
-use crate::call::Call;
 use crate::call::Waited;
 use crate::host::call_io::{bad_arg, HostWait, PoolHandle};
 use crate::host::map_run::{MapOptions, MapRun};
@@ -20,7 +18,6 @@ use crate::host::notifier_api::NotifierHandle;
 use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_MAP};
 use crate::lua::{State, TBOOLEAN, TNIL, TNONE, TNUMBER, TSTRING, TTABLE};
-use crate::notify::Subscriber;
 use crate::Error;
 
 const KNOWN: &[&str] = &["batch", "errors", "unpack"];
@@ -214,7 +211,7 @@ fn new_map_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn step => step_impl);
 /// `m:_step(list, results [, errors])` -> true once done, false to wait (see `_ready`,
-/// `_subscribe`, `driver:_watch`); raises the map's error once nothing is in flight.
+/// `_subscribe`, `notifier:_watch`); raises the map's error once nothing is in flight.
 fn step_impl(st: State) -> Result<c_int, Error> {
     let m = map_handle(st)?;
     let errors = if st.type_of(4) == TTABLE { 4 } else { 0 };
@@ -251,13 +248,9 @@ fn subscribe_impl(st: State) -> Result<c_int, Error> {
         return Err(Error::Internal("m:_subscribe needs a token".into()));
     }
     let token = st.to_number(3) as u64;
-    let notifier = handle.notifier.clone();
     let subscribed = m
         .wait_target()
-        .is_some_and(|call| call.subscribe(Subscriber::Queue { notifier, token }));
-    if !subscribed {
-        handle.unused_token(token);
-    }
+        .is_some_and(|call| handle.waits.subscribe(call, token));
     st.push_bool(subscribed);
     Ok(1)
 }
@@ -278,10 +271,20 @@ fn gc_impl(st: State) -> Result<c_int, Error> {
     Ok(0)
 }
 
-/// For `driver:_watch(m)`: the call the map waits for, if any.
-pub fn wait_target_at(st: State, idx: c_int) -> Result<Option<Arc<Call>>, Error> {
-    let m = userdata::get::<MapRun>(st, idx)
+crate::lua_function!(pub fn watch => watch_impl);
+/// `notifier:_watch(map)` -> token, or nil when the map can step again at once: the token comes
+/// back when the batch the map waits for finishes (vmpool.run's `co_map`). Give it back with
+/// `notifier:_unwatch(token)`.
+fn watch_impl(st: State) -> Result<c_int, Error> {
+    let handle = userdata::get::<NotifierHandle>(st, 1)
         .and_then(|b| b.get())
-        .ok_or_else(|| Error::Internal("driver:_watch needs a map".into()))?;
-    Ok(m.wait_target().cloned())
+        .ok_or_else(|| Error::Internal("notifier:_watch needs a notifier".into()))?;
+    let m = userdata::get::<MapRun>(st, 2)
+        .and_then(|b| b.get())
+        .ok_or_else(|| Error::Internal("notifier:_watch needs a map".into()))?;
+    match m.wait_target() {
+        Some(call) => st.push_integer(handle.waits.watch(call.clone()) as i64),
+        None => st.push_nil(),
+    }
+    Ok(1)
 }

@@ -12,7 +12,6 @@ pub mod call_io;
 pub mod count_alloc;
 pub mod dict_api;
 pub mod dict_ffi;
-pub mod driver_api;
 pub mod future_api;
 pub mod map_api;
 pub mod map_run;
@@ -22,6 +21,8 @@ pub mod options;
 pub mod pool_api;
 pub mod protect;
 pub mod userdata;
+pub mod waits;
+pub mod yieldable;
 
 use std::ffi::c_int;
 
@@ -86,34 +87,25 @@ const NOTIFIER_METHODS: Methods = &[
     ("wait", notifier_api::wait),
     ("drain", notifier_api::drain),
     ("pending", notifier_api::pending),
+    ("_collect", notifier_api::collect),
     ("_doorbell_listen", notifier_api::doorbell_listen),
     ("_doorbell_accept", notifier_api::doorbell_accept),
     ("_doorbell_close", notifier_api::doorbell_close),
     ("_wake", notifier_api::wake),
     ("_pollfd", notifier_api::pollfd),
     ("_token", notifier_api::next_token),
-    ("_submit", notifier_api::submit),
-    ("_defer", notifier_api::defer),
+    ("_call", notifier_api::call_api),
     ("_flush", notifier_api::flush),
-    ("_call", notifier_api::call_or_defer),
     ("_open_batch", notifier_api::open_batch),
     ("_batch_open", notifier_api::batch_open),
-    ("_close_batch", notifier_api::close_batch_api),
+    ("_close_batch", notifier_api::close_batch),
     ("_take", notifier_api::take),
     ("_done", notifier_api::done),
     ("_drop", notifier_api::drop_call),
+    ("_watch", map_api::watch),
+    ("_unwatch", notifier_api::unwatch),
 ];
 const NOTIFIER_META: Methods = &[("__gc", notifier_api::gc)];
-const DRIVER_METHODS: Methods = &[
-    ("submit", driver_api::submit),
-    ("result", driver_api::result),
-    ("wait", driver_api::wait),
-    ("_watch", driver_api::watch),
-    ("_unwatch", driver_api::unwatch),
-    ("_batch", driver_api::batch),
-    ("_flush", driver_api::flush),
-];
-const DRIVER_META: Methods = &[("__gc", driver_api::gc)];
 const MAP_METHODS: Methods = &[
     ("_step", map_api::step),
     ("_ready", map_api::ready),
@@ -128,9 +120,8 @@ const FUNCTIONS: Methods = &[
     ("clock", clock),
     ("memory", pool_api::memory),
     ("_notifier", notifier_api::new_notifier),
-    ("_driver", driver_api::new_driver),
     ("_map", map_api::new_map),
-    ("_yieldable", driver_api::yieldable),
+    ("_yieldable", yieldable::yieldable),
 ];
 
 crate::lua_function!(fn clock => clock_impl);
@@ -218,8 +209,8 @@ fn build(st: State) -> Result<c_int, Error> {
         ));
     }
     st.set_top(0);
-    // slots 1..4 and 6: the metatables every function closes over, 5: the protected-call
-    // runner (see userdata.rs)
+    // slots 1..4: the metatables every function closes over, 5: the protected-call runner (see
+    // userdata.rs)
     let metatable = |name: &str| {
         st.create_table(0, 6);
         st.push_str(name);
@@ -229,20 +220,18 @@ fn build(st: State) -> Result<c_int, Error> {
         "vmpool.pool",
         "vmpool.future",
         "vmpool.notifier",
-        "vmpool.driver",
+        "vmpool.map",
     ] {
         metatable(name);
     }
     st.push_cclosure(crate::lua::PROTECTED_RUNNER, 0);
-    metatable("vmpool.map");
-    let native = 7;
+    let native = 6;
     st.create_table(0, 8);
-    let types: [(&str, c_int, Methods, Methods); 5] = [
+    let types: [(&str, c_int, Methods, Methods); 4] = [
         ("pool_methods", 1, POOL_METHODS, POOL_META),
         ("future_methods", 2, FUTURE_METHODS, FUTURE_META),
         ("notifier_methods", 3, NOTIFIER_METHODS, NOTIFIER_META),
-        ("driver_methods", 4, DRIVER_METHODS, DRIVER_META),
-        ("map_methods", 6, MAP_METHODS, MAP_META),
+        ("map_methods", 4, MAP_METHODS, MAP_META),
     ];
     for (field, mt, methods, meta) in types {
         st.create_table(0, methods.len() as c_int);

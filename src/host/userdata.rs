@@ -1,8 +1,8 @@
 //! Rust values inside Lua full userdata, type-checked by metatable identity.
 //!
 //! Every C function of the module is a closure over the same upvalues: the metatables of the
-//! pool, future, notifier, driver and map types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`],
-//! [`UV_DRIVER`], [`UV_MAP`]), used to create objects, and the runner of protected calls ([`crate::lua::RUNNER_UPVALUE`]). Checking an argument's type does not push anything: a block of exactly our size that
+//! pool, future, notifier and map types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`],
+//! [`UV_MAP`]), used to create objects, and the runner of protected calls ([`crate::lua::RUNNER_UPVALUE`]). Checking an argument's type does not push anything: a block of exactly our size that
 //! starts with the type's 64-bit tag (a random constant) is ours. Only the module writes those
 //! tags, and the check does not look at the metatable: Lua code may read it (`getmetatable`,
 //! which the OpenResty adapter and the annotation spec use) or swap it with
@@ -19,10 +19,9 @@ use crate::lua::State;
 pub const UV_POOL: c_int = ffi::lua_upvalueindex(1);
 pub const UV_FUTURE: c_int = ffi::lua_upvalueindex(2);
 pub const UV_NOTIFIER: c_int = ffi::lua_upvalueindex(3);
-pub const UV_DRIVER: c_int = ffi::lua_upvalueindex(4);
-/// After the runner of protected calls (upvalue 5), which was there first.
-pub const UV_MAP: c_int = ffi::lua_upvalueindex(6);
-pub const NUM_UPVALUES: c_int = 6;
+pub const UV_MAP: c_int = ffi::lua_upvalueindex(4);
+/// Upvalue 5 is the runner of protected calls.
+pub const NUM_UPVALUES: c_int = 5;
 
 /// The block a userdata holds. `live` turns false once `__gc` dropped the value: Lua may still
 /// hand a finalized object to a method (resurrection), which then sees it as closed.

@@ -4,7 +4,7 @@
 -- when its own call finished:
 --
 --   waiting coroutine                          dispatcher (one coroutine per pool per controller,
---   token = notifier:_submit(pool, chunk,        alive while that pool has calls in flight there)
+--   token = notifier:_call(pool, chunk,        alive while that pool has calls in flight there)
 --     fn, ...): the call, under a token        cqueues.poll(the notifier's eventfd), which the
 --   waiting[token] = cond; cond:wait()         native side writes to when the completion queue
 --                                              goes from empty to non-empty
@@ -183,11 +183,35 @@ local function co_invoke(cq, pool, chunk, fn, ...)
   return notifier_take(notifier, token) -- the batch's last take submits it
 end
 
+-- Sleeps until `target` (a future, or a map of co_map), subscribed on the controller's entry
+-- FUTURES, finishes what it waits for (at once if it had).
+local function wait_for(cq, target)
+  local s = state_of(cq, FUTURES)
+  local token = s.notifier:_token()
+  if target:_subscribe(s.notifier, token) then
+    sleep_on(cq, s, token)
+  end
+end
+
+local native_map = native._map
+
+-- pool:co_map in a coroutine of a controller: the map's batches run in the pool while the
+-- coroutine sleeps between them, woken when the batch it waits for (the first unfinished one) is
+-- done.
+local function co_map(cq, pool, chunk, fn, list, options)
+  local m, results, errors = native_map(pool, chunk, fn, list, options)
+  while not m:_step(list, results, errors) do
+    wait_for(cq, m)
+  end
+  return results, errors
+end
+
 add_loop {
   -- cqueues.running() returns the controller (which co_invoke gets back as its first argument)
   -- and whether that controller runs this coroutine: drives's contract, with no Lua call
   drives = cqueues_running,
   co_invoke = co_invoke,
+  co_map = co_map,
 }
 
 local check_future = shared.check_future
@@ -201,23 +225,20 @@ function A.await(fut)
   if not (managed and coroutine_running() and isyieldable()) then
     return future_wait(fut)
   end
-  local s = state_of(cq, FUTURES)
-  local token = s.notifier:_token()
-  if not fut:_subscribe(s.notifier, token) then
-    return future_wait(fut) -- finished already
-  end
-  sleep_on(cq, s, token)
+  wait_for(cq, fut)
   return future_wait(fut)
 end
 
 --- vmpool.cqueues.stats(): the adapter's state in this Lua state (every controller and pool that
 --- is still alive) and its counters.
 function A.stats()
-  local dispatching, in_flight, waiting, conditions = 0, 0, 0, 0
+  local dispatching, in_flight, waiting, conditions, queued, held, deferred = 0, 0, 0, 0, 0, 0, 0
   for _, pools in pairs(loops) do
     for _, s in pairs(pools) do
       if s.dispatching then dispatching = dispatching + 1 end
       in_flight = in_flight + s.in_flight
+      local live, q, h, d = pcall(s.notifier.pending, s.notifier)
+      if live then queued, held, deferred = queued + q, held + h, deferred + d end
       for _, cond in pairs(s.waiting) do
         if cond then waiting = waiting + 1 end
       end
@@ -228,6 +249,9 @@ function A.stats()
     dispatching = dispatching, -- dispatchers alive (one per pool and controller with calls in flight)
     in_flight = in_flight, -- calls and futures waited for, not yet dispatched
     waiting = waiting, -- coroutines waiting
+    queued = queued, -- finished calls whose completion the next dispatcher wake-up takes
+    held = held, -- calls filed under a token, not yet taken
+    deferred = deferred, -- calls of an open batch, not yet handed to the pool
     waits = waits,
     resumes = woken + early, -- times a waiting coroutine woke up
     early = early,

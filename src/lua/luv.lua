@@ -258,10 +258,50 @@ local function co_invoke(co, pool, chunk, fn, ...)
   error(resumed_early("pool:co_invoke"), 0)
 end
 
+-- Yields `co` until `target` (a future, or a map of co_map) finishes what it waits for, subscribed
+-- with target:_subscribe(notifier, token) on the entry FUTURES. True once it did (or had already);
+-- false if something else resumed `co` first. A target with `unsubscribe` drops its subscription
+-- then, unless its completion is queued already (the poll callback drains that as usual): left
+-- behind, its token would count as in flight until it finished.
+local function wait_for(co, target, unsubscribe)
+  local s = states[FUTURES] or state_of(FUTURES)
+  local notifier = s.notifier
+  local token = notifier:_token()
+  watch(s)
+  if not target:_subscribe(notifier, token) then
+    unwatch(s)
+    return true -- finished already
+  end
+  if sleep_on(s, token, co) then
+    return true
+  end
+  if unsubscribe and unsubscribe(target, notifier, token) then
+    s.in_flight = s.in_flight - 1
+    unwatch(s)
+  end
+  return false
+end
+
+local native_map = native._map
+
+-- pool:co_map in a coroutine of spawn: the map's batches run in the pool while the coroutine
+-- sleeps between them, woken when the batch it waits for (the first unfinished one) is done.
+local function co_map(co, pool, chunk, fn, list, options)
+  local m, results, errors = native_map(pool, chunk, fn, list, options)
+  while not m:_step(list, results, errors) do
+    if not wait_for(co, m) and not m:_ready() then
+      m:_cancel() -- its batches are cancelled; running ones stop after their item
+      error(resumed_early("pool:co_map"), 0)
+    end
+  end
+  return results, errors
+end
+
 add_loop {
   -- the coroutine itself as the driver: co_invoke needs it, and gets it without a call
   drives = function(co) return co, driven[co] == true end,
   co_invoke = co_invoke,
+  co_map = co_map,
 }
 
 local check_future = shared.check_future
@@ -274,25 +314,7 @@ function A.await(fut)
   if not (co and driven[co] and isyieldable()) then
     return future_wait(fut)
   end
-  local s = states[FUTURES] or state_of(FUTURES)
-  local notifier = s.notifier
-  local token = notifier:_token()
-  watch(s)
-  if not fut:_subscribe(notifier, token) then
-    unwatch(s)
-    return future_wait(fut) -- finished already
-  end
-  if sleep_on(s, token, co) then
-    return future_wait(fut)
-  end
-  -- resumed by other code: the subscription goes now, unless the completion is queued already
-  -- (then the poll callback drains it as usual); left behind, its token would count as in flight
-  -- for ever, and the loop would never end
-  if fut:_unsubscribe(notifier, token) then
-    s.in_flight = s.in_flight - 1
-    unwatch(s)
-  end
-  if fut:ready() then
+  if wait_for(co, fut, fut._unsubscribe) or fut:ready() then
     return future_wait(fut)
   end
   error(resumed_early("vmpool.luv.await"), 0)
@@ -328,13 +350,13 @@ end
 
 --- vmpool.luv.stats(): the adapter's state in this Lua state (every pool) and its counters.
 function A.stats()
-  local watchers, in_flight, waiting, queued = 0, 0, 0, 0
+  local watchers, in_flight, waiting, queued, held, deferred = 0, 0, 0, 0, 0, 0
   for _, s in pairs(states) do
     if s.handle then watchers = watchers + 1 end
     in_flight = in_flight + s.in_flight
     -- a pool collected in this very cycle may have left its state with a finalized notifier
-    local live, n = pcall(s.notifier.pending, s.notifier)
-    if live then queued = queued + n end
+    local live, q, h, d = pcall(s.notifier.pending, s.notifier)
+    if live then queued, held, deferred = queued + q, held + h, deferred + d end
     for _, co in pairs(s.waiting) do
       if co then waiting = waiting + 1 end
     end
@@ -344,6 +366,8 @@ function A.stats()
     in_flight = in_flight, -- calls and futures waited for, not yet dispatched
     waiting = waiting, -- coroutines waiting
     queued = queued, -- finished calls whose completion the next poll callback takes
+    held = held, -- calls filed under a token, not yet taken
+    deferred = deferred, -- calls of an open batch, not yet handed to the pool
     waits = waits,
     resumes = resumes,
     wakeups = wakeups,

@@ -3,7 +3,7 @@
 -- instead of blocking the worker's event loop, with public ngx_lua APIs only:
 --
 --   request coroutine                       light thread (one per worker: an ngx.timer)
---   token = notifier:_defer(pool, chunk,    sleeps in sock:receiveany() on a unix-socket cosocket;
+--   token = notifier:_call(pool, chunk,     sleeps in sock:receiveany() on a unix-socket cosocket;
 --     fn, ...): filed in the outbox; the    the native side writes one byte to the other end when
 --     turn's first posts the flusher        the completion queue goes from empty to non-empty
 --   sem:wait()  -- yields                   tokens = notifier:drain(); sem:post() for each waiter
@@ -75,6 +75,9 @@ local function worker()
   if w == nil or w.pid ~= pid then
     -- true: a copy of it inherited through fork() refuses calls (see host_co_invoke)
     local notifier = native._notifier(true)
+    if config.batch then
+      notifier:_open_batch(0, 0) -- kept open: the flusher hands the outbox over once per turn
+    end
     w = {
       pid = pid,
       notifier = notifier,
@@ -93,7 +96,8 @@ local function worker()
       sentinel = false,
       pools = {}, -- vmpool.ngx.pool(name, ...)
       -- counters of vmpool.ngx.stats()
-      waits = 0, wakeups = 0, completions = 0, dropped = 0, timeouts = 0, light_thread_starts = 0,
+      waits = 0, wakeups = 0, empty = 0, completions = 0, dropped = 0, timeouts = 0, batched = 0,
+      light_thread_starts = 0,
     }
     W = w
   end
@@ -148,7 +152,7 @@ local function flusher(w, ctl)
   while not ctl.stop do
     local ok = ctl.sem:wait(SENTINEL_DELAY)
     if ok then
-      notifier:_flush()
+      w.batched = w.batched + notifier:_flush()
       w.flushes = w.flushes + 1
     end
   end
@@ -233,7 +237,9 @@ light_thread_main = function(premature, w, path, gen)
     local data, rerr = sock:receiveany(RING_BYTES)
     if data then
       w.wakeups = w.wakeups + 1
-      dispatch(w, notifier:drain())
+      local tokens = notifier:drain()
+      if #tokens == 0 then w.empty = w.empty + 1 end
+      dispatch(w, tokens)
     elseif rerr ~= "timeout" then
       broken = rerr
       break
@@ -395,15 +401,10 @@ local function host_co_invoke(pool, chunk, fn, ...)
       return pool:invoke(chunk, fn, ...)
     end
     local notifier = w.notifier
-    local token
-    if config.batch then
-      local first
-      token, first = notifier:_defer(pool, chunk, fn, ...)
-      if first then
-        w.flush_sem:post(1)
-      end
-    else
-      token = notifier:_submit(pool, chunk, fn, ...)
+    -- deferred in the worker's batch (config.batch): the turn's first call posts the flusher
+    local token, first = notifier:_call(pool, chunk, fn, ...)
+    if first then
+      w.flush_sem:post(1)
     end
     if token == false then
       W = nil -- inherited through fork(): start over with this process's own state
@@ -513,6 +514,13 @@ function A.configure(opts)
   for k, v in pairs(opts) do
     config[k] = v
   end
+  if W ~= nil and opts.batch ~= nil then
+    if config.batch then
+      W.notifier:_open_batch(0, 0)
+    else
+      W.notifier:_close_batch()
+    end
+  end
 end
 
 --- vmpool.ngx.pool(name [, create]): this worker's pool called name, made by create() the first
@@ -577,9 +585,14 @@ function A.stats()
     light_thread = w.light_thread,
     exiting = w.exiting,
     waiting = w.waiters,
+    in_flight = w.waiters, -- calls and futures waited for, not yet dispatched
     waits = w.waits,
+    resumes = w.completions - w.dropped, -- every completion either wakes its request or is dropped
+    early = 0, -- (a request waits on a semaphore: nothing else resumes it)
     wakeups = w.wakeups,
+    empty = w.empty,
     completions = w.completions,
+    batched = w.batched,
     dropped = w.dropped,
     timeouts = w.timeouts,
     light_thread_starts = w.light_thread_starts,

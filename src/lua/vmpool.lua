@@ -56,7 +56,8 @@ local host_co_invoke, host_co_map
 
 -- The event-loop adapters loaded (vmpool.luv, vmpool.cqueues), each { drives = function(co) ->
 -- driver, driven (driven true if that loop resumes co; driver is handed back to co_invoke),
--- co_invoke = function(driver, pool, chunk, fn, ...) }, tried in order. (Two results so that
+-- co_invoke = function(driver, pool, chunk, fn, ...), co_map = function(driver, pool, chunk, fn,
+-- list, options) }, tried in order. (Two results so that
 -- cqueues.running, which returns the controller and whether it runs this coroutine, is one.)
 local loops = {}
 -- the first adapter's functions as upvalues: a program uses one loop, and its calls then cost no
@@ -69,6 +70,29 @@ local function add_loop(adapter)
   end
 end
 
+-- The adapter after the first that drives `co`, and its driver; it goes first from now on (a
+-- program that loaded both adapters but runs one loop).
+local function other_loop(co)
+  for i = 2, #loops do
+    local loop = loops[i]
+    local driver, driven = loop.drives(co)
+    if driven then
+      loops[i], loops[1] = loops[1], loop
+      first_drives, first_co_invoke = loop.drives, loop.co_invoke
+      return loop, driver
+    end
+  end
+end
+
+-- The adapter that drives `co` (any of them), and its driver.
+local function loop_of(co)
+  local driver, driven = first_drives(co)
+  if driven then
+    return loops[1], driver
+  end
+  return other_loop(co)
+end
+
 local function in_coroutine()
   local co, main = coroutine_running()
   if co == nil or main then
@@ -77,10 +101,12 @@ local function in_coroutine()
   return co
 end
 
-local Native = native.driver_methods
-local native_submit, native_result, native_wait = Native.submit, Native.result, Native.wait
+-- vmpool.run files its calls in a notifier, the registry of waits every scheduler uses
+-- (src/host/waits.rs)
+local Native = native.notifier_methods
+local native_submit, native_result, native_wait = Native._call, Native._take, Native._collect
 local native_watch, native_unwatch = Native._watch, Native._unwatch
-local native_batch, native_flush = Native._batch, Native._flush
+local native_batch, native_flush = Native._open_batch, Native._close_batch
 
 
 function Driver:spawn(fn, ...)
@@ -201,22 +227,17 @@ function Pool:co_invoke(chunk, fn, ...)
       -- not known to be done, and native_result waits for it; its completion wakes nobody
       d:resumed_early(co, token)
     end
-    return native_result(d.native, token)
+    return native_result(d.native, token, true)
   end
   if co and first_drives and isyieldable() then
     local driver, driven = first_drives(co)
     if driven then
       return first_co_invoke(driver, self, chunk, fn, ...)
     end
-    for i = 2, #loops do
-      local loop = loops[i]
-      driver, driven = loop.drives(co)
-      if driven then
-        -- a program that loaded both adapters but runs one loop: that one goes first
-        loops[i], loops[1] = loops[1], loop
-        first_drives, first_co_invoke = loop.drives, loop.co_invoke
-        return loop.co_invoke(driver, self, chunk, fn, ...)
-      end
+    local loop
+    loop, driver = other_loop(co)
+    if loop then
+      return loop.co_invoke(driver, self, chunk, fn, ...)
     end
   end
   if host_co_invoke then
@@ -234,8 +255,8 @@ function Pool:co_invoke(chunk, fn, ...)
 end
 
 --- pool:co_map(chunk, fn, list [, options]): like map, but yields the running coroutine while
---- the batches run (under vmpool.run, or inside OpenResty); elsewhere, and where the coroutine
---- cannot yield, exactly like map.
+--- the batches run (under vmpool.run, vmpool.luv, vmpool.cqueues, or inside OpenResty);
+--- elsewhere, and where the coroutine cannot yield, exactly like map.
 function Pool:co_map(chunk, fn, list, options)
   if type(self) ~= "userdata" then
     error("vmpool: bad argument #1 to 'co_map': expected a pool, got " .. type(self)
@@ -254,6 +275,13 @@ function Pool:co_map(chunk, fn, list, options)
     end
     return results, errors
   end
+  local co = coroutine_running()
+  if co and first_drives and isyieldable() then
+    local loop, driver = loop_of(co)
+    if loop then
+      return loop.co_map(driver, self, chunk, fn, list, options)
+    end
+  end
   if host_co_map then
     return host_co_map(self, chunk, fn, list, options)
   end
@@ -270,7 +298,7 @@ function M.run(fn, ...)
     error("vmpool: vmpool.run cannot run inside vmpool.run (use vmpool.spawn)", 0)
   end
   local d = setmetatable({
-    native = native._driver(),
+    native = native._notifier(),
     ready = {}, -- coroutines to resume in this round
     spare = {}, -- the other round's list, reused
     waiting = {}, -- token -> coroutine waiting for that call, or false (see above)

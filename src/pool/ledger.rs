@@ -272,6 +272,7 @@ impl Ledger {
     /// set when the idle check must look again by then (the state is the only idle non-core one).
     /// `now` is asked only when a non-core state goes idle: a busy pool's states go from call to
     /// call without reading the clock under the lock.
+    #[inline]
     pub fn release(
         &mut self,
         me: &Arc<Mailbox>,
