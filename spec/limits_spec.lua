@@ -21,7 +21,7 @@ function gated_spin(port) gate(port) while true do end end
 function echo(...) return ... end
 function jit_on() return jit and jit.status() end
 function count(n) local x = 0 for i = 1, n do x = x + i end return x end
-gate = gate -- init's helper, made a function of this chunk (a chunk's functions are its own)
+gate, hold = gate, hold -- init's helpers, made functions of this chunk (a chunk's functions are its own)
 ]]
 
 local function check_balanced(pool)
@@ -60,6 +60,18 @@ describe("time_limit", function()
     end)
   end
 
+  it("fails a call that overran it inside a C function when the function returns, not with its results", function()
+    local gate = Gate.new()
+    -- hold() blocks in socket's receive for 0.3 s, past the 0.1 s limit, then returns "done"
+    local ok, err = pcall(pool.invoke, pool, "r", "hold", gate.port, 0.3, "done")
+    gate:close()
+    assert.is_false(ok)
+    assert.matches("^vmpool: time limit exceeded: r:hold ran longer than 0.1s %(the state was replaced; ", err)
+    local s = check_balanced(pool)
+    assert.are.equal(2, s.created)
+    assert.are.equal("alive", pool:invoke("r", "echo", "alive"))
+  end)
+
   it("also stops a future's call; the caller need not be waiting", function()
     local fut = pool:submit("r", "spin")
     assert.is_truthy(Gate.eventually(function() return fut:ready() end))
@@ -79,11 +91,12 @@ describe("time_limit", function()
     local held = pool:submit("r", "gate", gate.port, "held")
     gate:arrivals(1)
     local queued = pool:submit("r", "count", 1000)
-    -- the queued call waits longer than time_limit before it starts, then runs well within it
+    -- the queued call waits longer than time_limit before it starts, then runs well within it;
+    -- the held call, past its own deadline inside a C function, fails when it returns
     local t0 = vmpool.clock()
     while vmpool.clock() - t0 < 0.15 do assert.is_false(queued:ready()) end
     gate:release()
-    assert.are.equal("held", held:wait(10))
+    assert.matches("^vmpool: time limit exceeded: r:gate ran longer than 0.1s", select(2, pcall(held.wait, held, 10)))
     assert.are.equal(500500, queued:wait(10))
     gate:close()
   end)

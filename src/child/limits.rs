@@ -22,6 +22,18 @@ pub(super) struct Limits {
     pub(super) tripped: Cell<Trip>,
 }
 
+impl Limits {
+    /// At a call's end: a call that ran past its deadline (inside a C function, which the hook
+    /// cannot stop) trips the time limit as if the hook had seen it.
+    pub(super) fn trip_if_past_deadline(&self) {
+        if self.tripped.get() == Trip::None
+            && self.deadline.get().is_some_and(|d| Instant::now() >= d)
+        {
+            self.tripped.set(Trip::Time);
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Trip {
     None,

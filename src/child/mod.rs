@@ -372,8 +372,11 @@ end
                     Err(failed) => failed,
                 };
                 // The hook stops a coroutine that runs too long, but the function that resumed
-                // it may swallow the error and return before the hook fires in its own thread:
-                // a call that tripped a limit fails whatever it returned.
+                // it may swallow the error and return before the hook fires in its own thread;
+                // and a C function that overran the deadline returns before the hook's next
+                // count: a call that tripped a limit or ended past its deadline fails whatever
+                // it returned.
+                self.limits.trip_if_past_deadline();
                 let result = if !result.1 && self.limits.tripped.get() != Trip::None {
                     let function = String::from_utf8_lossy(&self.func).into_owned();
                     self.limit_outcome(&chunk.name, &function).unwrap_or(result)
