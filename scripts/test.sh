@@ -5,9 +5,10 @@
 # Neovim (scripts/test-nvim.sh); last, the packed
 # release rock (make dist) installed into a fresh tree as a user would (scripts/install-check.sh).
 # Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0, PORTABLE=0,
-# SOAK_SECONDS=0, BENCH_SMOKE=0 and BENCH_ADAPTERS=0 skip the TSan runs, fuzzing, the portable-sys
-# fallback, the soak test, the quick run of every benchmark script (scripts/bench-smoke.sh) and the
-# adapters' short benchmark with its wake-up checks.
+# SOAK_SECONDS=0, BUDGETS=0, BENCH_SMOKE=0 and BENCH_ADAPTERS=0 skip the TSan runs, fuzzing, the
+# portable-sys fallback, the soak test, the instruction budgets (scripts/budgets.sh), the quick run
+# of every benchmark script (scripts/bench-smoke.sh) and the adapters' short benchmark with its
+# wake-up checks.
 set -eu
 cd "$(dirname "$0")/.."
 runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 luajit"}
@@ -35,6 +36,12 @@ for LUA in $runtimes; do
   echo "== $LUA: busted (luarocks test)"
   ( . scripts/luaenv.sh && vmpool_luarocks_config "$PWD/$VMPOOL_TREE" &&
     luarocks --lua-version="$VMPOOL_LUA_VERSION" --tree "$VMPOOL_TREE" test rockspec/vmpool-scm-1.rockspec -- --output=utfTerminal )
+  # instructions per call against bench/budgets.txt, callgrind on one CPU (BUDGETS=0 skips)
+  if [ "${BUDGETS:-1}" != 0 ] && grep -q " $LUA " bench/budgets.txt; then
+    echo "== $LUA: instruction budgets (scripts/budgets.sh)"
+    scripts/install-deps.sh valgrind util-linux
+    scripts/budgets.sh "$LUA"
+  fi
   # every outcome under load, balanced counters, nothing leaked (SOAK_SECONDS, 0 skips); the
   # proof that the leak check catches leaks runs with the first runtime only
   if [ "${SOAK_SECONDS:-20}" != 0 ]; then

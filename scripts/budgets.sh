@@ -1,0 +1,39 @@
+#!/bin/sh
+# The instruction budget check: callgrind on one CPU counts the instructions of one call of each
+# probe in bench/budgets.txt (N2 calls minus N1 calls, divided by N2 - N1, so start-up cancels) and
+# fails when a figure exceeds its budget by more than 3%, printing the figure, the budget and the
+# command to profile it. Needs the rock built for each runtime (scripts/rock.sh <lua>).
+# Usage: scripts/budgets.sh [lua5.4 ...] (default: the runtimes in bench/budgets.txt)
+set -eu
+cd "$(dirname "$0")/.."
+N1=${BUDGET_N1:-1000}
+N2=${BUDGET_N2:-3000}
+out=${TMPDIR:-/tmp}/vmpool-budgets.$$
+mkdir -p "$out"
+trap 'rm -rf "$out"' EXIT
+want=" ${*:-} "
+fail=0
+# total instructions of one callgrind run, all threads
+count() { # lua kind n
+  dir=lua_modules/$1/lib/lua/$($1 -e 'print((_VERSION:gsub("Lua ", "")))')
+  env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_CPATH_5_4 LUA_CPATH="$dir/?.so;;" taskset -c 0 \
+    valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$1" bench/cg.lua --kind="$2" --n="$3" \
+    >"$out/log" 2>&1 || { cat "$out/log" >&2; echo "vmpool: budgets: callgrind of $1 $2 failed" >&2; exit 1; }
+  sed -n 's/.*Collected : *\([0-9]*\).*/\1/p' "$out/log" | tail -1
+}
+while read -r probe lua budget; do
+  case "$probe" in ''|'#'*) continue ;; esac
+  case "$want" in "  ") ;; *" $lua "*) ;; *) continue ;; esac
+  a=$(count "$lua" "$probe" "$N1")
+  b=$(count "$lua" "$probe" "$N2")
+  figure=$(( (b - a) / (N2 - N1) ))
+  limit=$(( budget * 103 / 100 ))
+  if [ "$figure" -gt "$limit" ]; then
+    fail=1
+    echo "FAIL $probe $lua: $figure instructions per call, budget $budget (+3% = $limit)"
+    echo "     profile it: taskset -c 0 valgrind --tool=callgrind --separate-threads=yes $lua bench/cg.lua --kind=$probe --n=$N2"
+  else
+    echo "ok   $probe $lua: $figure instructions per call, budget $budget"
+  fi
+done <bench/budgets.txt
+exit $fail
