@@ -61,6 +61,8 @@ compile_error!("select a Lua runtime: --features lua51, lua52, lua53, lua54 or l
 pub(crate) mod abi;
 pub(crate) mod batch;
 pub(crate) mod call;
+#[cfg_attr(not(feature = "module"), allow(dead_code))]
+pub(crate) mod channel;
 pub(crate) mod child;
 pub(crate) mod chunk;
 pub(crate) mod config;
@@ -93,6 +95,9 @@ pub mod testing {
     }
     pub mod call {
         pub use crate::call::*;
+    }
+    pub mod channel {
+        pub use crate::channel::*;
     }
     pub mod chunk {
         pub use crate::chunk::*;

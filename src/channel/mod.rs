@@ -1,0 +1,392 @@
+//! `vmpool.channel(name [, options])`: named, process-wide, bounded FIFOs of messages. A message
+//! is the bytes of one `push`'s values encoded by `value.rs`; the channel never looks inside.
+//! The registry below maps names to channels the way `shared/mod.rs` maps dictionaries, with the
+//! same `fork()` rule: a channel belongs to the process that made it.
+//!
+//! Waiting: one mutex guards the queue; poppers wait on `not_empty`, pushers on `not_full`. Each
+//! completed push wakes one popper and each completed pop one pusher (no herd); a waiter that
+//! gives up (timeout, cancel) after being woken passes its wake-up on, so none is lost. Only
+//! `close()` wakes everyone. A wait polls its caller's `stop` test every `POLL_SLICE`, which is
+//! how a state's `time_limit`, `fut:cancel()`, `pool:close()` and the host's Ctrl-C end it.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::Error;
+
+/// `capacity` (messages) when the options do not give one.
+pub const DEFAULT_CAPACITY: usize = 1024;
+/// `bytes` when the options do not give one: 16 MiB of encoded messages.
+pub const DEFAULT_BYTES: usize = 16 << 20;
+/// How often a wait re-checks its caller's `stop` test.
+pub const POLL_SLICE: Duration = Duration::from_millis(10);
+
+/// What `vmpool.channel` was asked for; `None` = not given.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Options {
+    pub capacity: Option<usize>,
+    pub bytes: Option<usize>,
+}
+
+/// Why an operation did not complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fail {
+    /// The timeout passed (or a try form found no room / no message).
+    Timeout,
+    /// The channel is closed (push), or closed and drained (pop).
+    Closed,
+    /// The caller's `stop` test said to give up (time limit, cancel, pool close, Ctrl-C).
+    Stopped,
+    /// The message alone is larger than the channel's byte capacity: it could never fit.
+    TooLarge,
+}
+
+struct Queue {
+    msgs: VecDeque<Vec<u8>>,
+    bytes: usize,
+    closed: bool,
+}
+
+/// One bounded FIFO.
+pub struct Channel {
+    pub name: String,
+    capacity: usize,
+    max_bytes: usize,
+    q: Mutex<Queue>,
+    not_empty: Condvar,
+    not_full: Condvar,
+    /// `sys::fork_generation()` when it was created.
+    pub generation: u64,
+    pub pid: u32,
+}
+
+impl Channel {
+    pub fn new(name: &str, capacity: usize, max_bytes: usize) -> Channel {
+        Channel {
+            name: name.to_string(),
+            capacity,
+            max_bytes,
+            q: Mutex::new(Queue {
+                msgs: VecDeque::new(),
+                bytes: 0,
+                closed: false,
+            }),
+            not_empty: Condvar::new(),
+            not_full: Condvar::new(),
+            generation: crate::sys::fork_generation(),
+            pid: crate::sys::pid(),
+        }
+    }
+
+    /// Refuses a channel inherited through `fork()`.
+    pub fn check_process(&self) -> Result<(), Error> {
+        if crate::sys::fork_generation() == self.generation {
+            return Ok(());
+        }
+        Err(Error::BadArgument(format!(
+            "channel '{}' was created in another process (pid {}); call vmpool.channel('{}') again in this process (it starts empty there)",
+            self.name, self.pid, self.name
+        )))
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    pub fn byte_capacity(&self) -> usize {
+        self.max_bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.q.lock().msgs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.q.lock().closed
+    }
+
+    fn has_room(&self, q: &Queue, size: usize) -> bool {
+        // an empty channel takes any message that fits the byte capacity at all
+        q.msgs.len() < self.capacity && (q.msgs.is_empty() || q.bytes + size <= self.max_bytes)
+    }
+
+    /// Appends `msg`, waiting up to `timeout` for room (`Some(ZERO)` = never wait, `None` =
+    /// no limit). `stop` is polled while waiting. Gives the message back when it fails.
+    pub fn push(
+        &self,
+        msg: Vec<u8>,
+        timeout: Option<Duration>,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<(), (Fail, Vec<u8>)> {
+        if msg.len() > self.max_bytes {
+            return Err((Fail::TooLarge, msg));
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut q = self.q.lock();
+        let mut woken = false;
+        loop {
+            if q.closed {
+                return Err((Fail::Closed, msg));
+            }
+            if self.has_room(&q, msg.len()) {
+                q.bytes += msg.len();
+                q.msgs.push_back(msg);
+                // room may remain for the next pusher we were woken ahead of
+                if woken && self.has_room(&q, 0) {
+                    self.not_full.notify_one();
+                }
+                drop(q);
+                self.not_empty.notify_one();
+                return Ok(());
+            }
+            let fail = match wait(&self.not_full, &mut q, deadline, stop) {
+                Ok(w) => {
+                    woken = w;
+                    continue;
+                }
+                Err(f) => f,
+            };
+            // giving up: a wake-up meant for this waiter goes to the next one
+            if q.closed || self.has_room(&q, 0) {
+                self.not_full.notify_one();
+            }
+            return Err((fail, msg));
+        }
+    }
+
+    /// Takes the oldest message, waiting up to `timeout` for one; a closed channel is drained
+    /// first, then answers `Closed`.
+    pub fn pop(&self, timeout: Option<Duration>, stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Fail> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut q = self.q.lock();
+        loop {
+            if let Some(m) = q.msgs.pop_front() {
+                q.bytes -= m.len();
+                let more = !q.msgs.is_empty();
+                drop(q);
+                self.not_full.notify_one();
+                if more {
+                    // another popper may be waiting behind a push that woke only us
+                    self.not_empty.notify_one();
+                }
+                return Ok(m);
+            }
+            if q.closed {
+                return Err(Fail::Closed);
+            }
+            if let Err(f) = wait(&self.not_empty, &mut q, deadline, stop) {
+                if !q.msgs.is_empty() || q.closed {
+                    self.not_empty.notify_one();
+                }
+                return Err(f);
+            }
+        }
+    }
+
+    /// Takes the oldest message if there is one, never waiting (the test `select` uses).
+    pub fn try_pop(&self) -> Result<Vec<u8>, Fail> {
+        self.pop(Some(Duration::ZERO), &|| false)
+    }
+
+    /// Pushes fail from now on; pops drain what is queued, then answer `Closed`. Wakes every
+    /// waiter on both sides. Idempotent.
+    pub fn close(&self) {
+        let mut q = self.q.lock();
+        q.closed = true;
+        drop(q);
+        self.not_empty.notify_all();
+        self.not_full.notify_all();
+    }
+}
+
+/// One wait on `cv`: `Ok(true)` when notified, `Ok(false)` on a poll slice with nothing to say
+/// (the caller re-checks its condition either way), `Err` when the deadline passed or `stop` holds.
+fn wait(
+    cv: &Condvar,
+    q: &mut parking_lot::MutexGuard<'_, Queue>,
+    deadline: Option<Instant>,
+    stop: &dyn Fn() -> bool,
+) -> Result<bool, Fail> {
+    if stop() {
+        return Err(Fail::Stopped);
+    }
+    let now = Instant::now();
+    let until = match deadline {
+        Some(d) if d <= now => return Err(Fail::Timeout),
+        Some(d) => d.min(now + POLL_SLICE),
+        None => now + POLL_SLICE,
+    };
+    Ok(!cv.wait_until(q, until).timed_out())
+}
+
+struct Registry {
+    generation: u64,
+    chans: HashMap<String, Arc<Channel>>,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+/// The channel called `name`, created with `opts` if there is none. Options that disagree with
+/// an existing channel's are an error.
+pub fn open(name: &str, opts: Options) -> Result<Arc<Channel>, Error> {
+    let capacity = opts.capacity.unwrap_or(DEFAULT_CAPACITY);
+    let bytes = opts.bytes.unwrap_or(DEFAULT_BYTES);
+    if capacity == 0 {
+        return Err(Error::BadArgument(
+            "option 'capacity' to vmpool.channel must be at least 1 message (got 0)".into(),
+        ));
+    }
+    if bytes == 0 {
+        return Err(Error::BadArgument(
+            "option 'bytes' to vmpool.channel must be at least 1 (got 0)".into(),
+        ));
+    }
+    let generation = crate::sys::fork_generation();
+    let mut guard = REGISTRY.lock();
+    let reg = guard.get_or_insert_with(|| Registry {
+        generation,
+        chans: HashMap::new(),
+    });
+    if reg.generation != generation {
+        // inherited through fork(): the parent's channels are not this process's
+        reg.generation = generation;
+        reg.chans.clear();
+    }
+    if let Some(c) = reg.chans.get(name) {
+        let clash = |what: &str, has: usize, asked: usize| {
+            Error::BadArgument(format!(
+                "channel '{name}' already exists with {what} = {has} (asked for {asked}); pass the same options, or none, to use it"
+            ))
+        };
+        if let Some(a) = opts.capacity.filter(|&a| a != c.capacity) {
+            return Err(clash("capacity", c.capacity, a));
+        }
+        if let Some(b) = opts.bytes.filter(|&b| b != c.max_bytes) {
+            return Err(clash("bytes", c.max_bytes, b));
+        }
+        return Ok(c.clone());
+    }
+    let c = Arc::new(Channel::new(name, capacity, bytes));
+    reg.chans.insert(name.to_string(), c.clone());
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NEVER: &dyn Fn() -> bool = &|| false;
+
+    #[test]
+    fn messages_come_out_in_the_order_they_went_in() {
+        let c = Channel::new("t-fifo", 8, 1 << 10);
+        for i in 0..5u8 {
+            c.push(vec![i], None, NEVER).unwrap();
+        }
+        assert_eq!(c.len(), 5);
+        for i in 0..5u8 {
+            assert_eq!(c.pop(None, NEVER).unwrap(), vec![i]);
+        }
+    }
+
+    #[test]
+    fn a_full_channel_times_out_a_push_and_gives_the_message_back() {
+        let c = Channel::new("t-full", 1, 1 << 10);
+        c.push(vec![1], None, NEVER).unwrap();
+        let (f, m) = c.push(vec![2], Some(Duration::ZERO), NEVER).unwrap_err();
+        assert_eq!((f, m), (Fail::Timeout, vec![2]));
+        assert_eq!(c.len(), 1);
+    }
+
+    #[test]
+    fn the_byte_capacity_bounds_the_channel_but_an_empty_channel_takes_any_message_that_fits() {
+        let c = Channel::new("t-bytes", 100, 10);
+        assert_eq!(
+            c.push(vec![0; 11], None, NEVER).unwrap_err().0,
+            Fail::TooLarge
+        );
+        c.push(vec![0; 10], None, NEVER).unwrap();
+        assert_eq!(
+            c.push(vec![0; 1], Some(Duration::ZERO), NEVER)
+                .unwrap_err()
+                .0,
+            Fail::Timeout
+        );
+    }
+
+    #[test]
+    fn an_empty_channel_times_out_a_pop() {
+        let c = Channel::new("t-empty", 1, 1 << 10);
+        assert_eq!(c.try_pop().unwrap_err(), Fail::Timeout);
+        assert_eq!(
+            c.pop(Some(Duration::from_millis(1)), NEVER).unwrap_err(),
+            Fail::Timeout
+        );
+    }
+
+    #[test]
+    fn close_fails_pushes_and_lets_pops_drain_then_answer_closed() {
+        let c = Channel::new("t-close", 4, 1 << 10);
+        c.push(vec![1], None, NEVER).unwrap();
+        c.close();
+        assert_eq!(c.push(vec![2], None, NEVER).unwrap_err().0, Fail::Closed);
+        assert_eq!(c.pop(None, NEVER).unwrap(), vec![1]);
+        assert_eq!(c.pop(None, NEVER).unwrap_err(), Fail::Closed);
+    }
+
+    #[test]
+    fn close_wakes_waiters_on_both_sides() {
+        let empty = Arc::new(Channel::new("t-close-pop", 1, 1 << 10));
+        let full = Arc::new(Channel::new("t-close-push", 1, 1 << 10));
+        full.push(vec![0], None, NEVER).unwrap();
+        let (e, f) = (empty.clone(), full.clone());
+        let popper = std::thread::spawn(move || e.pop(None, NEVER));
+        let pusher = std::thread::spawn(move || f.push(vec![1], None, NEVER).map_err(|x| x.0));
+        empty.close();
+        full.close();
+        assert_eq!(popper.join().unwrap().unwrap_err(), Fail::Closed);
+        assert_eq!(pusher.join().unwrap().unwrap_err(), Fail::Closed);
+    }
+
+    #[test]
+    fn a_stop_test_ends_a_wait() {
+        let c = Channel::new("t-stop", 1, 1 << 10);
+        let flag = std::sync::atomic::AtomicBool::new(true);
+        let stop = || flag.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(c.pop(None, &stop).unwrap_err(), Fail::Stopped);
+    }
+
+    #[test]
+    fn the_same_name_gives_the_same_channel_and_options_must_agree() {
+        let a = open("registry-test-chan", Options::default()).unwrap();
+        let b = open("registry-test-chan", Options::default()).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        let e = open(
+            "registry-test-chan",
+            Options {
+                capacity: Some(3),
+                bytes: None,
+            },
+        )
+        .err()
+        .unwrap();
+        assert!(e.to_string().starts_with(
+            "vmpool: channel 'registry-test-chan' already exists with capacity = 1024"
+        ));
+        assert!(open(
+            "registry-test-zero",
+            Options {
+                capacity: Some(0),
+                bytes: None
+            }
+        )
+        .is_err());
+    }
+}
