@@ -106,3 +106,56 @@ describe("results that cannot cross", function()
     assert.are.same({ 1, 0 }, { s.succeeded, s.errors })
   end)
 end)
+
+describe("arguments that cannot cross", function()
+  -- MAX_ARGS in src/host/call_io.rs: what a child state on Lua 5.1 or LuaJIT holds, less a
+  -- margin, and the same on every runtime
+  local LIMIT = 7500
+  local unpack = table.unpack or unpack
+
+  local function numbers(n)
+    local t = {}
+    for i = 1, n do t[i] = i end
+    return t
+  end
+
+  local function pool_counting()
+    local pool = vmpool.new { core = 1 }
+    pool:compile("c", "return { count = function(...) return select('#', ...) end }")
+    return pool
+  end
+
+  it("a call passing more arguments than a call can take is refused by name and the pool still serves",
+    function()
+      local pool = pool_counting()
+      local ok, err = pcall(pool.invoke, pool, "c", "count", unpack(numbers(LIMIT + 1)))
+      assert.is_false(ok)
+      assert.are.equal("vmpool: cannot pass the arguments of 'count': " .. (LIMIT + 1)
+        .. " arguments are more than the " .. LIMIT .. " a call can take (pass them in a table)", err)
+      ok, err = pcall(pool.submit, pool, "c", "count", unpack(numbers(LIMIT + 1)))
+      assert.is_false(ok)
+      assert.matches("^vmpool: cannot pass the arguments of 'count'", err)
+      assert.are.equal(3, pool:invoke("c", "count", 1, 2, 3))
+      pool:close()
+    end)
+
+  it("a call passing as many arguments as a call can take succeeds", function()
+    local pool = pool_counting()
+    assert.are.equal(LIMIT, pool:invoke("c", "count", unpack(numbers(LIMIT))))
+    assert.are.equal(LIMIT, pool:submit("c", "count", unpack(numbers(LIMIT))):wait())
+    local nested = numbers(LIMIT)
+    nested[LIMIT] = { { { 1 } } }
+    assert.are.equal(LIMIT, pool:invoke("c", "count", unpack(nested)))
+    pool:close()
+  end)
+
+  it("a map item with more arguments than a call can take is refused with the same limit", function()
+    local pool = pool_counting()
+    local ok, err = pcall(pool.map, pool, "c", "count", { { 1 }, numbers(LIMIT + 1) }, { unpack = true })
+    assert.is_false(ok)
+    assert.are.equal("vmpool: map item 2 of 'c:count' failed: cannot pass the arguments of 'count': " .. (LIMIT + 1)
+      .. " arguments are more than the " .. LIMIT .. " a call can take (pass them in a table)", err)
+    assert.are.same({ 1, LIMIT }, pool:map("c", "count", { { 1 }, numbers(LIMIT) }, { unpack = true }))
+    pool:close()
+  end)
+end)

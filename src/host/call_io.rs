@@ -21,6 +21,17 @@ use crate::Error;
 /// Most a blocking caller spins for a result before parking.
 const RESULT_SPIN: Duration = Duration::from_micros(50);
 
+/// Most arguments one call may pass, the same on every runtime: a child state on Lua 5.1 or
+/// LuaJIT holds about 8,000 stack slots for the function, its arguments, the encoder and vmpool.
+pub const MAX_ARGS: c_int = 7_500;
+
+/// The error for a call given more than [`MAX_ARGS`] arguments (`what` names the call).
+pub fn too_many_args(what: &str, n: i64) -> Error {
+    Error::Unsupported(format!(
+        "cannot pass the arguments of {what}: {n} arguments are more than the {MAX_ARGS} a call can take (pass them in a table)"
+    ))
+}
+
 thread_local! {
     /// The host thread's spin budget for waiting on results (one per OS thread, shared by its pools).
     pub static RESULT_WAIT: AdaptiveSpin = AdaptiveSpin::new(RESULT_SPIN, false);
@@ -144,6 +155,11 @@ impl PoolHandle {
             .to_bytes(base + 1)
             .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
         let chunk = self.chunk(name)?;
+        let nargs = st.top() - (base + 2) + 1;
+        if nargs > MAX_ARGS {
+            let what = format!("'{}'", String::from_utf8_lossy(func));
+            return Err(too_many_args(&what, nargs.into()));
+        }
         reserve_encoding_stack(st, base + 2)?;
         let cache = match cache {
             Some(c) => c,

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use crate::call::{Call, Job, ASSIGNED, RUNNING};
 use crate::chunk::Chunk;
 use crate::host::call_cache::CallCache;
-use crate::host::call_io::PoolHandle;
+use crate::host::call_io::{self, PoolHandle};
 use crate::host::protect::protected;
 use crate::host::userdata;
 use crate::lua::{State, TTABLE};
@@ -564,6 +564,10 @@ fn encode_item(
     } else {
         let n = st.raw_len(top + 1);
         match c_int::try_from(n) {
+            Ok(n) if n > call_io::MAX_ARGS => Err(call_io::too_many_args(
+                &format!("'{}'", String::from_utf8_lossy(func)),
+                n.into(),
+            )),
             Ok(n) if st.check_stack(n.saturating_add(ENCODE_STACK)) => {
                 for k in 1..=n {
                     st.raw_geti(top + 1, k as i64);
