@@ -91,7 +91,7 @@ end
 cases.Unsupported = function()
   with_pool({ core = 1 }, "function echo(...) return ... end function give() return print end", function(pool)
     assert.are.equal("vmpool: cannot pass argument #1 to 'echo': a function value at .x (only nil, boolean, "
-      .. "number, string, light userdata such as ngx.null and non-cyclic tables of them up to 100 levels deep "
+      .. "number, string, light userdata such as ngx.null and tables of them nested up to 100 levels deep "
       .. "can cross between states)",
       err_of(pool.invoke, pool, "c", "echo", { x = print }))
     assert.matches("^vmpool: cannot pass result #1 of 'give': a function value %(only nil",

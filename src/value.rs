@@ -16,6 +16,13 @@
 //! | 5 | string | `u32` length, bytes (embedded zeros allowed) |
 //! | 6 | table | `u32` array length n, `u32` hash count m, n values, m key/value pairs |
 //! | 7 | light userdata | the pointer as `u64` LE |
+//! | 8 | table reached again later in the message | as tag 6 |
+//! | 9 | that table again | `u32` byte offset of its tag 8 from the message start |
+//!
+//! A table reached a second time within one message (shared, or a cycle) is sent once: the
+//! encoder patches its first tag to 8 and writes a reference (9) for every later visit, so plain
+//! trees pay one lookup per table and no extra bytes. The decoder registers a tag-8 table before
+//! its contents, so a reference from inside it (a cycle) finds it.
 //!
 //! A light userdata is a bare pointer that Lua never dereferences. The NULL one is how
 //! `ngx.null` and `cjson.null` spell JSON's null, so it must cross; it arrives as the receiving
@@ -24,7 +31,7 @@
 //! one process, so the pointer means in the receiver what it meant in the sender (and is as
 //! valid, or not, as there).
 //!
-//! Functions, full userdata, threads, cyclic tables and tables nested deeper than [`MAX_DEPTH`]
+//! Functions, full userdata, threads and tables nested deeper than [`MAX_DEPTH`]
 //! are refused with an error that names the argument or result and the path inside it.
 //!
 //! The decoder is written to never panic and never trust its input (it is fuzzed, see `fuzz/`):
@@ -46,6 +53,11 @@ const TAG_FLOAT: u8 = 4;
 const TAG_STR: u8 = 5;
 const TAG_TABLE: u8 = 6;
 const TAG_LIGHT: u8 = 7;
+const TAG_TABLE_SHARED: u8 = 8;
+const TAG_REF: u8 = 9;
+
+/// Past this many tables in one message the encoder looks them up in a hash map.
+const LINEAR_SEEN: usize = 16;
 
 /// Which list a value belongs to, for error messages.
 #[derive(Clone, Copy, Debug)]
@@ -65,18 +77,57 @@ struct Refusal {
 }
 
 /// Encodes values from a Lua stack. Keep one per thread of use and reuse it: it keeps its
-/// scratch space (the path of tables being encoded, for cycle detection) between messages.
+/// scratch space (the tables already encoded in the message, for sharing) between messages.
 #[derive(Default)]
 pub struct Encoder {
-    /// Tables on the path from the top-level value to the current one.
-    ancestors: Vec<*const c_void>,
+    seen: Seen,
+}
+
+/// The tables of the message being encoded, each with the offset of its tag.
+#[derive(Default)]
+struct Seen {
+    list: Vec<(*const c_void, u32)>,
+    map: std::collections::HashMap<*const c_void, u32>,
+}
+
+impl Seen {
+    fn clear(&mut self) {
+        self.list.clear();
+        if !self.map.is_empty() {
+            self.map.clear();
+        }
+    }
+
+    /// The offset of `t` if it was seen; else records it at `offset`.
+    fn visit(&mut self, t: *const c_void, offset: u32) -> Option<u32> {
+        if self.list.len() < LINEAR_SEEN {
+            if let Some(&(_, o)) = self.list.iter().find(|(p, _)| *p == t) {
+                return Some(o);
+            }
+            self.list.push((t, offset));
+            return None;
+        }
+        if self.map.is_empty() {
+            self.map.extend(self.list.iter().copied());
+        }
+        match self.map.entry(t) {
+            std::collections::hash_map::Entry::Occupied(e) => Some(*e.get()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(offset);
+                None
+            }
+        }
+    }
 }
 
 impl Encoder {
     /// An encoder with room for `depth` levels of nesting before it allocates.
     pub fn with_depth(depth: usize) -> Encoder {
         Encoder {
-            ancestors: Vec::with_capacity(depth),
+            seen: Seen {
+                list: Vec::with_capacity(depth.min(LINEAR_SEEN)),
+                map: Default::default(),
+            },
         }
     }
 
@@ -91,10 +142,13 @@ impl Encoder {
         role: Role<'_>,
     ) -> Result<(), crate::Error> {
         let count = count.max(0);
+        let start = out.len();
         out.extend_from_slice(&(count as u32).to_le_bytes());
+        self.seen.clear();
         let mut w = Writer {
             out,
-            ancestors: &mut self.ancestors,
+            start,
+            seen: &mut self.seen,
         };
         for i in 0..count {
             // a failing table restores the stack itself (see `Writer::table`)
@@ -130,14 +184,16 @@ fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
         format!(" at {}", p.concat())
     };
     crate::Error::Unsupported(format!(
-        "cannot pass {what} '{func}': {}{at} (only nil, boolean, number, string, light userdata such as ngx.null and non-cyclic tables of them up to {MAX_DEPTH} levels deep can cross between states)",
+        "cannot pass {what} '{func}': {}{at} (only nil, boolean, number, string, light userdata such as ngx.null and tables of them nested up to {MAX_DEPTH} levels deep can cross between states)",
         r.problem
     ))
 }
 
 struct Writer<'o> {
     out: &'o mut Vec<u8>,
-    ancestors: &'o mut Vec<*const c_void>,
+    /// Where the message starts in `out` (references count from there).
+    start: usize,
+    seen: &'o mut Seen,
 }
 
 impl Writer<'_> {
@@ -206,11 +262,15 @@ impl Writer<'_> {
         }
         let idx = st.abs_index(idx);
         let t = st.to_pointer(idx);
-        self.ancestors.truncate(depth);
-        if self.ancestors.contains(&t) {
-            return Err(refuse("a table that contains itself (a cycle)"));
+        let offset = u32::try_from(self.out.len() - self.start)
+            .map_err(|_| refuse("a message larger than 4 GiB"))?;
+        if let Some(first) = self.seen.visit(t, offset) {
+            self.out[self.start + first as usize] = TAG_TABLE_SHARED;
+            let b = first.to_le_bytes();
+            self.out
+                .extend_from_slice(&[TAG_REF, b[0], b[1], b[2], b[3]]);
+            return Ok(());
         }
-        self.ancestors.push(t);
         if !st.check_stack(4) {
             return Err(refuse("a table nested too deeply for the Lua stack"));
         }
@@ -328,11 +388,17 @@ pub trait Sink {
     fn set_index(&mut self, i: u32) -> Result<(), Corrupt>;
     /// Stores the key and value just produced into the table being built.
     fn set_pair(&mut self) -> Result<(), Corrupt>;
+    /// The table just begun is shared table number `n` (0-based, in message order).
+    fn share(&mut self, _n: u32) -> Result<(), Corrupt> {
+        Ok(())
+    }
+    /// Produces shared table number `n` again (the decoder has checked that it exists).
+    fn reference(&mut self, _n: u32) -> Result<(), Corrupt>;
 }
 
 /// Decodes a whole message into `sink`; returns the number of values.
 pub fn decode_values<S: Sink>(buf: &[u8], sink: &mut S) -> Result<u32, Corrupt> {
-    let mut r = Reader { buf, pos: 0 };
+    let mut r = Reader::new(buf, 0);
     let count = r.u32()?;
     if count as usize > r.left() {
         return Err(Corrupt("value count larger than the message"));
@@ -360,7 +426,16 @@ fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result
             sink.string(s)
         }
         TAG_LIGHT => sink.light_userdata(u64::from_le_bytes(r.array()?)),
-        TAG_TABLE => {
+        TAG_REF => {
+            let offset = r.u32()?;
+            let n = r
+                .shared
+                .binary_search(&offset)
+                .map_err(|_| Corrupt("reference to no shared table"))?;
+            sink.reference(n as u32)
+        }
+        tag @ (TAG_TABLE | TAG_TABLE_SHARED) => {
+            let offset = (r.pos - 1) as u32;
             if depth >= MAX_DEPTH {
                 return Err(Corrupt("tables nested too deeply"));
             }
@@ -373,6 +448,11 @@ fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result
                 return Err(Corrupt("table larger than the message"));
             }
             sink.begin_table(narr, nhash)?;
+            if tag == TAG_TABLE_SHARED {
+                // offsets only grow, so the list stays sorted for `binary_search`
+                sink.share(r.shared.len() as u32)?;
+                r.shared.push(offset);
+            }
             for i in 1..=narr {
                 decode_one(r, sink, depth + 1)?;
                 sink.set_index(i)?;
@@ -413,9 +493,19 @@ fn check_key(r: &Reader<'_>) -> Result<(), Corrupt> {
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
+    /// Offsets of the shared tables decoded so far, ascending.
+    shared: Vec<u32>,
 }
 
 impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8], pos: usize) -> Reader<'a> {
+        Reader {
+            buf,
+            pos,
+            shared: Vec::new(),
+        }
+    }
+
     fn left(&self) -> usize {
         self.buf.len().saturating_sub(self.pos)
     }
@@ -464,11 +554,27 @@ fn light_address(address: u64) -> Result<usize, Corrupt> {
 
 pub struct LuaSink {
     st: State,
+    /// Stack slot just above the values, where the table of shared tables goes (made on the
+    /// first one).
+    shared_at: c_int,
+    has_shared: bool,
 }
 
 impl LuaSink {
     pub fn new(st: State) -> LuaSink {
-        LuaSink { st }
+        LuaSink {
+            st,
+            shared_at: st.top() + 1,
+            has_shared: false,
+        }
+    }
+
+    /// Drops the table of shared tables once the message is decoded.
+    fn finish(&mut self) {
+        if self.has_shared {
+            self.st.remove(self.shared_at);
+            self.has_shared = false;
+        }
     }
 }
 
@@ -526,14 +632,36 @@ impl Sink for LuaSink {
         self.st.raw_set(-3);
         Ok(())
     }
+    /// `begin_table` left room for the two slots this uses.
+    fn share(&mut self, n: u32) -> Result<(), Corrupt> {
+        if !self.has_shared {
+            self.st.create_table(0, 0);
+            self.st.insert(self.shared_at);
+            self.has_shared = true;
+        }
+        self.st.push_value(-1);
+        self.st.raw_seti(self.shared_at, n as i64 + 1);
+        Ok(())
+    }
+    fn reference(&mut self, n: u32) -> Result<(), Corrupt> {
+        if !self.st.check_stack(1) {
+            return Err(Corrupt("Lua stack overflow"));
+        }
+        self.st.raw_geti(self.shared_at, n as i64 + 1);
+        Ok(())
+    }
 }
 
 /// Decodes a message onto the Lua stack; returns the number of values pushed. On error the stack
 /// is restored.
 pub fn push_values(st: State, buf: &[u8]) -> Result<c_int, Corrupt> {
     let top = st.top();
-    match decode_values(buf, &mut LuaSink::new(st)) {
-        Ok(n) => Ok(n as c_int),
+    let mut sink = LuaSink::new(st);
+    match decode_values(buf, &mut sink) {
+        Ok(n) => {
+            sink.finish();
+            Ok(n as c_int)
+        }
         Err(e) => {
             st.set_top(top);
             Err(e)
@@ -552,7 +680,7 @@ pub fn push_scalars(st: State, buf: &[u8], max: usize) -> Option<c_int> {
     // the whole message through the decoder first: one that does not qualify leaves the stack as
     // it was
     let count = decode_values(buf, &mut ScalarCheck { max }).ok()?;
-    let mut r = Reader { buf, pos: 4 };
+    let mut r = Reader::new(buf, 4);
     let mut sink = LuaSink::new(st);
     for _ in 0..count {
         // checked above: every value parses and is a scalar (no `reserve`: it may grow the stack)
@@ -603,6 +731,9 @@ impl Sink for ScalarCheck {
     fn set_pair(&mut self) -> Result<(), Corrupt> {
         Err(NOT_SCALARS)
     }
+    fn reference(&mut self, _: u32) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
 }
 
 /// A Lua value as plain Rust data: what tests, the fuzz target and the benchmarks use to build and
@@ -618,6 +749,10 @@ pub enum Value {
     Light(u64),
     /// Array part (`1..=n`) and the other key/value pairs.
     Table(Vec<Value>, Vec<(Value, Value)>),
+    /// A table that [`Value::Ref`]s in the same message name again (encoded as tag 8).
+    Shared(Box<Value>),
+    /// The `n`th shared table of the message (0-based, in message order).
+    Ref(u32),
 }
 
 impl PartialEq for Value {
@@ -631,6 +766,8 @@ impl PartialEq for Value {
             (Float(a), Float(b)) => a.to_bits() == b.to_bits(),
             (Str(a), Str(b)) => a == b,
             (Light(a), Light(b)) => a == b,
+            (Shared(a), Shared(b)) => a == b,
+            (Ref(a), Ref(b)) => a == b,
             (Table(a1, h1), Table(a2, h2)) => {
                 a1 == a2 && h1.len() == h2.len() && h1.iter().all(|p| h2.contains(p))
             }
@@ -641,14 +778,29 @@ impl PartialEq for Value {
 
 /// Encodes Rust values into a message (the same format the Lua encoder writes).
 pub fn encode_rust(values: &[Value], out: &mut Vec<u8>) {
+    let start = out.len();
     out.extend_from_slice(&(values.len() as u32).to_le_bytes());
+    let mut shared = Vec::new();
     for v in values {
-        encode_rust_one(v, out);
+        encode_rust_one(v, out, start, &mut shared);
     }
 }
 
-fn encode_rust_one(v: &Value, out: &mut Vec<u8>) {
+/// `shared` collects the offsets of the shared tables written so far, for [`Value::Ref`].
+fn encode_rust_one(v: &Value, out: &mut Vec<u8>, start: usize, shared: &mut Vec<u32>) {
     match v {
+        Value::Shared(t) => {
+            let at = out.len();
+            shared.push((at - start) as u32);
+            encode_rust_one(t, out, start, shared);
+            out[at] = TAG_TABLE_SHARED;
+        }
+        Value::Ref(n) => {
+            // a dangling reference encodes to an offset no table has (tests of the decoder)
+            let offset = shared.get(*n as usize).copied().unwrap_or(u32::MAX);
+            out.push(TAG_REF);
+            out.extend_from_slice(&offset.to_le_bytes());
+        }
         Value::Nil => out.push(TAG_NIL),
         Value::Bool(false) => out.push(TAG_FALSE),
         Value::Bool(true) => out.push(TAG_TRUE),
@@ -674,11 +826,11 @@ fn encode_rust_one(v: &Value, out: &mut Vec<u8>) {
             out.extend_from_slice(&(arr.len() as u32).to_le_bytes());
             out.extend_from_slice(&(hash.len() as u32).to_le_bytes());
             for v in arr {
-                encode_rust_one(v, out);
+                encode_rust_one(v, out, start, shared);
             }
             for (k, v) in hash {
-                encode_rust_one(k, out);
-                encode_rust_one(v, out);
+                encode_rust_one(k, out, start, shared);
+                encode_rust_one(v, out, start, shared);
             }
         }
     }
@@ -688,11 +840,27 @@ fn encode_rust_one(v: &Value, out: &mut Vec<u8>) {
 #[derive(Default)]
 pub struct RustSink {
     stack: Vec<Value>,
+    /// Stack positions of the shared tables still being built (wrapped in `Shared` when done).
+    shared_open: Vec<usize>,
 }
 
 impl RustSink {
-    pub fn into_values(self) -> Vec<Value> {
+    pub fn into_values(mut self) -> Vec<Value> {
+        while let Some(at) = self.shared_open.pop() {
+            let t = std::mem::replace(&mut self.stack[at], Value::Nil);
+            self.stack[at] = Value::Shared(Box::new(t));
+        }
         self.stack
+    }
+
+    /// Pops the value just produced; a finished shared table comes out as `Value::Shared`.
+    fn pop_value(&mut self) -> Result<Value, Corrupt> {
+        let v = self.stack.pop().ok_or(Corrupt("sink underflow"))?;
+        if self.shared_open.last() == Some(&self.stack.len()) {
+            self.shared_open.pop();
+            return Ok(Value::Shared(Box::new(v)));
+        }
+        Ok(v)
     }
 }
 
@@ -725,8 +893,16 @@ impl Sink for RustSink {
         self.stack.push(Value::Table(Vec::new(), Vec::new()));
         Ok(())
     }
+    fn share(&mut self, _n: u32) -> Result<(), Corrupt> {
+        self.shared_open.push(self.stack.len() - 1);
+        Ok(())
+    }
+    fn reference(&mut self, n: u32) -> Result<(), Corrupt> {
+        self.stack.push(Value::Ref(n));
+        Ok(())
+    }
     fn set_index(&mut self, _i: u32) -> Result<(), Corrupt> {
-        let v = self.stack.pop().ok_or(Corrupt("sink underflow"))?;
+        let v = self.pop_value()?;
         match self.stack.last_mut() {
             Some(Value::Table(arr, _)) => {
                 arr.push(v);
@@ -736,8 +912,8 @@ impl Sink for RustSink {
         }
     }
     fn set_pair(&mut self) -> Result<(), Corrupt> {
-        let v = self.stack.pop().ok_or(Corrupt("sink underflow"))?;
-        let k = self.stack.pop().ok_or(Corrupt("sink underflow"))?;
+        let v = self.pop_value()?;
+        let k = self.pop_value()?;
         match &k {
             Value::Nil => return Err(Corrupt("nil or NaN table key")),
             Value::Float(f) if f.is_nan() => return Err(Corrupt("nil or NaN table key")),
@@ -827,6 +1003,32 @@ mod tests {
         buf.extend_from_slice(&1u32.to_le_bytes());
         buf.push(TAG_NIL);
         buf.push(TAG_TRUE);
+        assert!(decode_values(&buf, &mut RustSink::default()).is_err());
+    }
+    #[test]
+    fn shared_and_cyclic_tables_round_trip_with_their_references() {
+        use Value::*;
+        // a cycle (shared table 0 refers to itself) and a table shared between two arguments
+        let inner = Shared(Box::new(Table(vec![Int(1)], vec![])));
+        let cyclic = Shared(Box::new(Table(
+            vec![Ref(0), inner],
+            vec![(Str(b"again".to_vec()), Ref(1))],
+        )));
+        roundtrip(vec![cyclic, Ref(1), Ref(0)]);
+    }
+
+    #[test]
+    fn references_to_no_shared_table_are_corrupt() {
+        let mut sink = RustSink::default();
+        let mut buf = Vec::new();
+        // a reference before any shared table, and one to a plain table's offset
+        encode_rust(&[Value::Ref(0)], &mut buf);
+        assert!(decode_values(&buf, &mut sink).is_err());
+        let mut buf = 2u32.to_le_bytes().to_vec();
+        buf.push(TAG_TABLE);
+        buf.extend_from_slice(&[0; 8]);
+        buf.push(TAG_REF);
+        buf.extend_from_slice(&4u32.to_le_bytes());
         assert!(decode_values(&buf, &mut RustSink::default()).is_err());
     }
 }

@@ -108,10 +108,9 @@ describe("ngx in pool states (the peer's t/166-worker-thread.t tests 18-47)", fu
     t14 = { "^false , vmpool: cannot pass result #1 of 'hello': a function value at %[1%]%.dummy %(" },
     t15 = { "^false : vmpool: bad argument #1 to 'co_invoke'" },
     t16 = { "^false : vmpool: bad argument #2 to 'co_invoke'" },
-    t48 = { "^false , vmpool: cannot pass argument #1 to 'hello': a table that contains itself %(a cycle%) at "
-      .. "%.a %(" },
-    t49 = { "^false , vmpool: cannot pass argument #1 to 'hello': a table that contains itself %(a cycle%) at "
-      .. "%.a%.b %(" },
+    -- ngx.run_worker_thread refuses cyclic tables; vmpool carries them as cycles
+    t48 = "true , true\n",
+    t49 = "true , true\n",
     t50 = "true : hello\ntrue : hello\n",
     t51 = { "^true : 10000000\ntrue : %d+%.?%d*\n$" },
   }
