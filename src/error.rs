@@ -84,6 +84,8 @@ pub enum Error {
     /// An event-loop adapter (`require "vmpool.luv"`, `"vmpool.cqueues"`) could not load; its Lua
     /// code words `message` (starting with `vmpool:` when it says what to do).
     Load { module: String, message: String },
+    /// The system refused a file descriptor vmpool needed for `doing` (`fut:pollfd()`'s eventfd).
+    NoDescriptor { doing: String, cause: String },
     /// Anything else that should not happen.
     Internal(String),
 }
@@ -195,6 +197,10 @@ impl fmt::Display for Error {
             ),
             Error::Load { message, .. } if message.starts_with("vmpool:") => f.write_str(message),
             Error::Load { module, message } => write!(f, "vmpool: cannot load {module}: {message}"),
+            Error::NoDescriptor { doing, cause } => write!(
+                f,
+                "vmpool: cannot create {doing}: {cause} (the process is out of file descriptors: close some, or raise its limit with ulimit -n)"
+            ),
             Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
         }
     }

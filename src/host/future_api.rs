@@ -157,14 +157,19 @@ fn cancel_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
+/// The error for a descriptor `pollfd` could not get (EMFILE, ENFILE: a condition users cause).
+fn no_descriptor(e: std::io::Error) -> Error {
+    Error::NoDescriptor {
+        doing: "the descriptor fut:pollfd() returns".into(),
+        cause: e.to_string(),
+    }
+}
+
 crate::lua_function!(pub fn pollfd => pollfd_impl);
 fn pollfd_impl(st: State) -> Result<c_int, Error> {
     let f = handle(st)?;
     if f.poll.is_none() && !f.claimed {
-        let signal = f
-            .pool
-            .poll_signal()
-            .map_err(|e| Error::Internal(format!("cannot create an eventfd: {e}")))?;
+        let signal = f.pool.poll_signal().map_err(no_descriptor)?;
         if !f.call().subscribe(Subscriber::Poll(signal.clone())) {
             // already finished: make the descriptor readable for this future too, so a poller
             // does not sleep on it (claimed, like any other, when the owner sees it done)
@@ -176,11 +181,7 @@ fn pollfd_impl(st: State) -> Result<c_int, Error> {
     }
     let fd = match &f.poll {
         Some(p) => p.fd(),
-        None => f
-            .pool
-            .poll_signal()
-            .map_err(|e| Error::Internal(format!("cannot create an eventfd: {e}")))?
-            .fd(),
+        None => f.pool.poll_signal().map_err(no_descriptor)?.fd(),
     };
     st.push_integer(fd as i64);
     Ok(1)
