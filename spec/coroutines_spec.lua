@@ -279,27 +279,6 @@ describe("futures in other event loops", function()
     pool:close()
   end)
 
-  it("fut:pollfd() in a process out of descriptors fails with a vmpool: error and the future still works",
-    function()
-      local pool = vmpool.new { core = 1 }
-      pool:compile("c", CHUNK)
-      local fut = pool:submit("c", "echo", 7)
-      local files = {}
-      while true do
-        local f = io.open("/dev/null")
-        if not f then break end
-        files[#files + 1] = f
-        assert(#files < 1e6, "the descriptor limit is too high for this test (ulimit -n)")
-      end
-      local ok, err = pcall(fut.pollfd, fut)
-      for _, f in ipairs(files) do f:close() end
-      assert.is_false(ok)
-      assert.matches("^vmpool: cannot create the descriptor fut:pollfd%(%) returns: .*out of file descriptors", err)
-      assert.are.equal(7, fut:wait())
-      assert.are.equal(8, pool:invoke("c", "echo", 8))
-      pool:close()
-    end)
-
   if has_cqueues then
     it("drive co_invoke from cqueues through vmpool.awaiter", function()
       local gate = Gate.new()

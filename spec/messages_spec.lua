@@ -222,6 +222,26 @@ cases.Spawn = function()
   assert.matches("^vmpool: cannot create a pool state: cannot start [%w%- ]+ thread: ", report)
 end
 
+cases.NoDescriptor = function()
+  with_pool({ core = 1 }, "function echo(...) return ... end", function(pool)
+    local fut = pool:submit("c", "echo", 7)
+    local files = {}
+    while true do -- every descriptor the process may open, then fut:pollfd() needs one more
+      local f = io.open("/dev/null")
+      if not f then break end
+      files[#files + 1] = f
+      assert(#files < 1e6, "the descriptor limit is too high for this test (ulimit -n)")
+    end
+    local ok, err = pcall(fut.pollfd, fut)
+    for _, f in ipairs(files) do f:close() end
+    assert.is_false(ok)
+    assert.are.equal("vmpool: cannot create the descriptor fut:pollfd() returns: Too many open files (os error 24) "
+      .. "(the process is out of file descriptors: close some, or raise its limit with ulimit -n)", err)
+    assert.are.equal(7, fut:wait()) -- the future itself still works
+    assert.are.equal(8, pool:invoke("c", "echo", 8))
+  end)
+end
+
 cases.Load = function()
   local Sub = require "spec.support.subprocess"
   -- a fresh interpreter that finds vmpool but no luv, and one whose vmpool cannot load
