@@ -87,7 +87,8 @@ pub struct Encoder {
 #[derive(Default)]
 struct Seen {
     list: Vec<(*const c_void, u32)>,
-    map: std::collections::HashMap<*const c_void, u32>,
+    /// Past [`LINEAR_SEEN`] tables; foldhash, as the dictionary's shards, for pointer keys.
+    map: std::collections::HashMap<*const c_void, u32, foldhash::fast::RandomState>,
 }
 
 impl Seen {

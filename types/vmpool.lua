@@ -146,7 +146,7 @@ function Pool:compile(name, source) end
 ---memory limit exceeded, pool closed.
 ---@param name string chunk name
 ---@param fn string function name
----@param ... nil|boolean|number|string|table arguments (copied into the child)
+---@param ... nil|boolean|number|string|table arguments (copied into the child; shared tables and cycles keep their shape)
 ---@return any ... the function's results
 function Pool:invoke(name, fn, ...) end
 

@@ -25,10 +25,11 @@ const RESULT_SPIN: Duration = Duration::from_micros(50);
 /// LuaJIT holds about 8,000 stack slots for the function, its arguments, the encoder and vmpool.
 pub const MAX_ARGS: c_int = 7_500;
 
-/// The error for a call given more than [`MAX_ARGS`] arguments (`what` names the call).
-pub fn too_many_args(what: &str, n: i64) -> Error {
+/// The error for a call of `func` given more than [`MAX_ARGS`] arguments.
+pub fn too_many_args(func: &[u8], n: i64) -> Error {
     Error::Unsupported(format!(
-        "cannot pass the arguments of {what}: {n} arguments are more than the {MAX_ARGS} a call can take (pass them in a table)"
+        "cannot pass the arguments of '{}': {n} arguments are more than the {MAX_ARGS} a call can take (pass them in a table)",
+        String::from_utf8_lossy(func)
     ))
 }
 
@@ -157,8 +158,7 @@ impl PoolHandle {
         let chunk = self.chunk(name)?;
         let nargs = st.top() - (base + 2) + 1;
         if nargs > MAX_ARGS {
-            let what = format!("'{}'", String::from_utf8_lossy(func));
-            return Err(too_many_args(&what, nargs.into()));
+            return Err(too_many_args(func, nargs.into()));
         }
         reserve_encoding_stack(st, base + 2)?;
         let cache = match cache {

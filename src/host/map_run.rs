@@ -564,10 +564,7 @@ fn encode_item(
     } else {
         let n = st.raw_len(top + 1);
         match c_int::try_from(n) {
-            Ok(n) if n > call_io::MAX_ARGS => Err(call_io::too_many_args(
-                &format!("'{}'", String::from_utf8_lossy(func)),
-                n.into(),
-            )),
+            Ok(n) if n > call_io::MAX_ARGS => Err(call_io::too_many_args(func, n.into())),
             Ok(n) if st.check_stack(n.saturating_add(ENCODE_STACK)) => {
                 for k in 1..=n {
                     st.raw_geti(top + 1, k as i64);
