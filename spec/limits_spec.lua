@@ -381,6 +381,32 @@ describe("fut:cancel()", function()
   end)
 end)
 
+describe("a state replaced after a limit", function()
+  it("closes after its caller has the error, so a slow finalizer does not delay it", function()
+    local pool = vmpool.new { core = 1, time_limit = 0.2 }
+    pool:compile("g", [[
+      function slow_gc_then_spin(seconds)
+        setmetatable({}, { __gc = function()
+          local t = os.clock() + seconds
+          while os.clock() < t do end
+        end })
+        while true do end
+      end
+    ]])
+    local t0 = vmpool.clock()
+    local ok, err = pcall(pool.invoke, pool, "g", "slow_gc_then_spin", 3)
+    local took = vmpool.clock() - t0
+    assert.is_false(ok)
+    assert.matches("^vmpool: time limit exceeded", err)
+    -- 0.2 s of limit; before, the error came after the 3 s finalizer too
+    assert.is_true(took < 2.5, "the error took " .. took .. " s")
+    local s = pool:stats()
+    assert.are.equal(1, s.core)
+    assert.are.equal(2, s.created)
+    pool:close()
+  end)
+end)
+
 describe("shutdown with calls in flight", function()
   it("close(): running calls end (here by their time limit), queued ones fail, no thread remains", function()
     local before = Gate.thread_ids()
@@ -412,7 +438,7 @@ describe("shutdown with calls in flight", function()
     assert.are.same({}, Gate.threads_left(before))
   end)
 
-  it("garbage collection without close() does the same", function()
+  it("garbage collection without close() stops the running calls at once, fails the queued ones and leaves no thread", function()
     collectgarbage()
     local before = Gate.thread_ids()
     local running, queued
@@ -427,11 +453,84 @@ describe("shutdown with calls in flight", function()
     collectgarbage()
     for _, fut in ipairs(running) do
       assert.is_true(fut:ready())
-      assert.matches("^vmpool: time limit exceeded", select(2, pcall(fut.wait, fut)))
+      assert.matches("^vmpool: call stopped: the pool was closed while it ran", select(2, pcall(fut.wait, fut)))
     end
     assert.is_true(queued:ready())
     assert.matches("^vmpool: pool is closed", select(2, pcall(queued.wait, queued)))
     assert.are.same({}, Gate.threads_left(before))
+  end)
+
+  it("close{ timeout = s } lets running calls that end in time return their results", function()
+    local pool = vmpool.new { core = 2, time_limit = math.huge }
+    pool:compile("r", RUNAWAY)
+    local futs = { pool:submit("r", "count", 1e5), pool:submit("r", "echo", "done") }
+    local t0 = vmpool.clock()
+    pool:close { timeout = 30 }
+    assert.is_true(vmpool.clock() - t0 < 10)
+    assert.are.equal(5000050000, futs[1]:wait())
+    assert.are.equal("done", futs[2]:wait())
+    assert.are.equal(0, pool:stats().threads)
+  end)
+
+  it("close{ timeout = s } stops the calls still running after s, in a pool with a time_limit", function()
+    local before = Gate.thread_ids()
+    local gate = Gate.new()
+    local pool = vmpool.new { core = 2, time_limit = math.huge, init = Gate.CHILD }
+    pool:compile("r", RUNAWAY)
+    local running = { pool:submit("r", "gated_spin", gate.port), pool:submit("r", "gated_spin", gate.port) }
+    gate:arrivals(2)
+    gate:release()
+    local queued = pool:submit("r", "echo", 1)
+    local t0 = vmpool.clock()
+    pool:close { timeout = 0.1 }
+    assert.is_true(vmpool.clock() - t0 < 5)
+    for _, fut in ipairs(running) do
+      local ok, err = pcall(fut.wait, fut, 0)
+      assert.is_false(ok)
+      assert.are.equal("vmpool: call stopped: the pool was closed while it ran (wait for its calls before closing, or give close{ timeout = s } more time)", err)
+    end
+    assert.matches("^vmpool: pool is closed", select(2, pcall(queued.wait, queued, 0)))
+    local s = pool:stats()
+    assert.are.equal(0, s.threads)
+    assert.are.equal(s.invokes, s.succeeded + s.errors + s.rejected + s.timeouts + s.cancelled)
+    assert.are.same({}, Gate.threads_left(before))
+  end)
+
+  it("close{ timeout = s } returns without joining a call stuck in C; a later close() joins it", function()
+    local before = Gate.thread_ids()
+    local gate = Gate.new()
+    local pool = vmpool.new { core = 1, init = Gate.CHILD }
+    pool:compile("r", RUNAWAY)
+    local fut = pool:submit("r", "gate", gate.port, "finished")
+    gate:arrivals(1)
+    pool:close { timeout = 0 }
+    -- the call sits in a socket read, which no hook can stop: its thread is left running
+    assert.is_false(fut:ready())
+    assert.are.equal(1, pool:stats().threads)
+    gate:release()
+    assert.are.equal("finished", fut:wait(10))
+    pool:close()
+    assert.are.equal(0, pool:stats().threads)
+    assert.are.same({}, Gate.threads_left(before))
+  end)
+
+  it("close() refuses options it does not know, with a vmpool: error", function()
+    local pool = vmpool.new { core = 1 }
+    for _, case in ipairs {
+      { 5, "expected an options table, got number" },
+      { { timeout = -1 }, "timeout must be a non%-negative number of seconds or math.huge, got %-1" },
+      { { timeout = "1" }, "timeout must be a non%-negative number of seconds or math.huge, got string" },
+      { { timeot = 1 }, "unknown option 'timeot' %(close takes only timeout%)" },
+      { { 1 }, "unknown option 'a number key'" },
+    } do
+      local ok, err = pcall(pool.close, pool, case[1])
+      assert.is_false(ok)
+      assert.matches("^vmpool: bad argument #1 to 'close': " .. case[2], err)
+    end
+    -- the pool is still open and works
+    pool:compile("e", "function f(x) return x end")
+    assert.are.equal(2, pool:invoke("e", "f", 2))
+    pool:close()
   end)
 
   it("calls submitted after close() fail at once; close() is idempotent", function()

@@ -57,6 +57,8 @@ pub enum Error {
     Cancelled,
     /// The pool is closed.
     Closed,
+    /// A bounded `close` stopped the call while it ran.
+    Stopped,
     /// Every state is busy and the pool may neither grow nor wait (`blocking = false`).
     Exhausted { states: usize },
     /// `max_waiting` callers are already queued.
@@ -159,6 +161,10 @@ impl fmt::Display for Error {
             }
             Error::Cancelled => write!(f, "vmpool: call was cancelled"),
             Error::Closed => write!(f, "vmpool: pool is closed (create a new pool with vmpool.new)"),
+            Error::Stopped => write!(
+                f,
+                "vmpool: call stopped: the pool was closed while it ran (wait for its calls before closing, or give close{{ timeout = s }} more time)"
+            ),
             Error::Exhausted { states } => write!(
                 f,
                 "vmpool: pool exhausted: all {states} states are busy and blocking = false (raise core or max_noncore, or set blocking = true)"

@@ -5,6 +5,7 @@
 use std::cell::Cell;
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use mlua::ffi;
@@ -19,6 +20,8 @@ pub(super) const HOOK_COUNT: c_int = 1000;
 pub(super) struct Limits {
     pub(super) deadline: Cell<Option<Instant>>,
     pub(super) interrupt: Cell<*const AtomicBool>,
+    /// The pool's stop flag: set when a bounded `close` stops the calls still running.
+    pub(super) stop: Arc<AtomicBool>,
     pub(super) tripped: Cell<Trip>,
 }
 
@@ -39,6 +42,7 @@ pub(super) enum Trip {
     None,
     Time,
     Cancel,
+    Closed,
 }
 
 thread_local! {
@@ -78,6 +82,8 @@ pub(super) unsafe extern "C-unwind" fn limit_hook(
         // SAFETY: the interrupt flag belongs to the call being run, alive while it is armed.
         if !interrupt.is_null() && unsafe { (*interrupt).load(Ordering::Relaxed) } {
             lim.tripped.set(Trip::Cancel);
+        } else if lim.stop.load(Ordering::Relaxed) {
+            lim.tripped.set(Trip::Closed);
         } else if lim.deadline.get().is_some_and(|d| Instant::now() >= d) {
             lim.tripped.set(Trip::Time);
         }
@@ -87,6 +93,7 @@ pub(super) unsafe extern "C-unwind" fn limit_hook(
         Trip::None => return,
         Trip::Time => "vmpool: time limit exceeded",
         Trip::Cancel => "vmpool: call was cancelled",
+        Trip::Closed => "vmpool: call stopped: the pool was closed while it ran",
     };
     // SAFETY: from now on the hook fires on every instruction, so a script that catches the error
     // with pcall is stopped again at its next instruction until the error reaches our own

@@ -15,6 +15,7 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -123,7 +124,9 @@ enum Failure {
 const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 
 impl Child {
-    pub fn new(cfg: &Config) -> Result<Child, Error> {
+    /// A new state configured for the pool; `stop` is the pool's stop flag (see [`Limits`]).
+    pub fn new(cfg: &Config, stop: &Arc<AtomicBool>) -> Result<Child, Error> {
+        let stop = stop.clone();
         let heap = OwnedState::new()?;
         let st = heap.state();
         if !st.check_stack(8) {
@@ -150,6 +153,7 @@ impl Child {
             limits: Box::new(Limits {
                 deadline: Cell::new(None),
                 interrupt: Cell::new(std::ptr::null()),
+                stop,
                 tripped: Cell::new(Trip::None),
             }),
             func: Vec::new(),
@@ -607,6 +611,7 @@ end
                 not_replaced: None,
             },
             Trip::Cancel => Error::Cancelled,
+            Trip::Closed => Error::Stopped,
         };
         Some((Outcome::Err(e), true))
     }

@@ -68,7 +68,7 @@ const POOL_METHODS: Methods = &[
 ];
 const POOL_META: Methods = &[
     ("__gc", pool_api::gc),
-    ("__close", pool_api::close),
+    ("__close", pool_api::close_scope),
     ("__tostring", pool_api::tostring),
 ];
 const FUTURE_METHODS: Methods = &[

@@ -209,20 +209,88 @@ fn close_impl(st: State) -> Result<c_int, Error> {
             st.type_name(1)
         ))
     })?;
+    let timeout = close_timeout(st)?;
     // a pool already finalized (seen again through resurrection) is closed: nothing to do
     if let Some(h) = boxed.get() {
         h.closed = true;
         h.last_chunk = None;
         h.cache.clear();
-        h.pool.close();
+        h.pool.close_within(timeout);
     }
     Ok(0)
 }
 
+/// `pool:close{ timeout = s }`: `None` (wait for every running call) without a table, without
+/// the field, or for `math.huge`.
+fn close_timeout(st: State) -> Result<Option<std::time::Duration>, Error> {
+    use crate::lua::{TNIL, TNONE, TNUMBER, TTABLE};
+    let bad = |what: String| {
+        Error::BadArgument(format!(
+            "bad argument #1 to 'close': {what} (pass nothing, or a table such as {{ timeout = 0.5 }})"
+        ))
+    };
+    match st.type_of(2) {
+        TNIL | TNONE => return Ok(None),
+        TTABLE => {}
+        _ => {
+            return Err(bad(format!(
+                "expected an options table, got {}",
+                st.type_name(2)
+            )))
+        }
+    }
+    st.push_nil();
+    while st.next(2) {
+        let known = st.type_of(-2) == crate::lua::TSTRING && st.to_bytes(-2) == Some(b"timeout");
+        if !known {
+            let key = if st.type_of(-2) == crate::lua::TSTRING {
+                String::from_utf8_lossy(st.to_bytes(-2).unwrap_or_default()).into_owned()
+            } else {
+                format!("a {} key", st.type_name(-2))
+            };
+            st.pop(2);
+            return Err(bad(format!(
+                "unknown option '{key}' (close takes only timeout)"
+            )));
+        }
+        st.pop(1);
+    }
+    let t = st.raw_get_str(2, "timeout");
+    let n = st.to_number(-1);
+    st.pop(1);
+    match t {
+        TNIL => Ok(None),
+        TNUMBER if n >= 0.0 => Ok(if n.is_infinite() {
+            None
+        } else {
+            Some(std::time::Duration::try_from_secs_f64(n).unwrap_or(std::time::Duration::MAX))
+        }),
+        _ => Err(bad(format!(
+            "timeout must be a non-negative number of seconds or math.huge, got {}",
+            if t == TNUMBER {
+                crate::error::lua_number(n)
+            } else {
+                crate::lua::type_name(t).to_string()
+            }
+        ))),
+    }
+}
+
+// `<close>` (Lua 5.4): closes like `pool:close()`; its second argument is the error that ends
+// the scope, not options.
+crate::lua_function!(pub fn close_scope => close_scope_impl);
+fn close_scope_impl(st: State) -> Result<c_int, Error> {
+    st.set_top(1);
+    close_impl(st)
+}
+
+// The finalizer: the host state is closing (a worker's exit, the end of a script) or dropped
+// the pool, so nobody is left to wait for: running calls are stopped at once, and the threads
+// still busy after `pool::STOP_GRACE` are left to end on their own.
 crate::lua_function!(pub fn gc => gc_impl);
 fn gc_impl(st: State) -> Result<c_int, Error> {
     if let Some(h) = userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
-        h.pool.close();
+        h.pool.close_within(Some(std::time::Duration::ZERO));
     }
     userdata::finalize::<PoolHandle>(st, 1);
     Ok(0)

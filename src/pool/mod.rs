@@ -17,7 +17,7 @@ pub mod worker;
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
@@ -49,6 +49,8 @@ pub struct Pool {
     wake_housekeeper: Condvar,
     /// Signalled when the last worker thread exits.
     all_exited: Condvar,
+    /// Set by a bounded close whose time ran out: the limit hook stops the calls still running.
+    pub stop: Arc<std::sync::atomic::AtomicBool>,
     pub chunks: Chunks,
     fork_generation: u64,
     pid: u32,
@@ -103,6 +105,7 @@ impl Pool {
             config,
             wake_housekeeper: Condvar::new(),
             all_exited: Condvar::new(),
+            stop: Arc::default(),
             chunks: Chunks::default(),
             fork_generation: crate::sys::fork_generation(),
             pid: crate::sys::pid(),
@@ -343,29 +346,59 @@ impl Pool {
     /// pool's threads do not exist in this process, and its locks may have been copied while one
     /// of them held them (nothing here would ever unlock them).
     pub fn close(&self) {
+        self.close_within(None);
+    }
+
+    /// [`Pool::close`], bounded: running calls have `timeout` to finish; then the ones still
+    /// running are stopped (at their next hook check, in pools with a `time_limit`), and after
+    /// [`STOP_GRACE`] more `close` returns without joining the threads still busy (a call stuck
+    /// in C, a long finalizer): they end on their own, or with the process. `None` waits for all.
+    pub fn close_within(&self, timeout: Option<Duration>) {
         if self.check_process().is_err() {
             return;
         }
+        let deadline = timeout.map(|t| Instant::now() + t);
         let mut g = self.inner.lock();
-        let Some(ledger::Closing { queued, idle }) = g.ledger.close() else {
+        if let Some(ledger::Closing { queued, idle }) = g.ledger.close() {
+            for mb in idle {
+                mb.request_exit();
+            }
+            self.wake_housekeeper.notify_all();
+            drop(g);
+            for call in queued {
+                call.finish(Outcome::Err(Error::Closed));
+            }
+            g = self.inner.lock();
+        }
+        if self.wait_exited(&mut g, deadline) {
             self.join_all(g);
-            return;
+        }
+    }
+
+    /// Waits until no worker thread is alive; past `deadline`, stops the running calls and
+    /// gives up after [`STOP_GRACE`]. True if every thread exited.
+    fn wait_exited(&self, g: &mut MutexGuard<'_, Inner>, deadline: Option<Instant>) -> bool {
+        let Some(mut deadline) = deadline else {
+            while g.threads.running() > 0 {
+                self.all_exited.wait(g);
+            }
+            return true;
         };
-        for mb in idle {
-            mb.request_exit();
+        let mut stopped = false;
+        while g.threads.running() > 0 {
+            if self.all_exited.wait_until(g, deadline).timed_out() && g.threads.running() > 0 {
+                if stopped {
+                    return false;
+                }
+                stopped = true;
+                self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+                deadline = Instant::now() + STOP_GRACE;
+            }
         }
-        self.wake_housekeeper.notify_all();
-        drop(g);
-        for call in queued {
-            call.finish(Outcome::Err(Error::Closed));
-        }
-        self.join_all(self.inner.lock());
+        true
     }
 
     fn join_all(&self, mut g: MutexGuard<'_, Inner>) {
-        while g.threads.running() > 0 {
-            self.all_exited.wait(&mut g);
-        }
         let handles: Vec<JoinHandle<()>> = g.threads.take_all();
         let hk = g.housekeeper.take_thread();
         self.wake_housekeeper.notify_all();
@@ -382,6 +415,11 @@ impl Pool {
         }
     }
 }
+
+/// How long a bounded close waits, after stopping the calls still running, for their threads to
+/// end (an interrupted call unwinds and its state closes within microseconds unless a finalizer
+/// or a C function holds it).
+pub const STOP_GRACE: Duration = Duration::from_millis(100);
 
 /// A call reserved to an idle state by [`Pool::submit_later`]: dropping it posts the call to the
 /// state's worker (so a reservation can never be lost).

@@ -197,7 +197,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
     if let Some(nice) = pool.config.thread_nice {
         crate::sys::set_thread_nice(nice);
     }
-    let mut child = match Child::new(&pool.config) {
+    let mut child = match Child::new(&pool.config, &pool.stop) {
         Ok(c) => c,
         Err(e) => {
             pool.retire(
@@ -257,24 +257,33 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         };
         #[cfg(feature = "count-alloc")]
         if runnable && crate::leak::after_call(&call) == crate::leak::Leak::State {
-            if let Ok(fresh) = Child::new(&pool.config) {
+            if let Ok(fresh) = Child::new(&pool.config, &pool.stop) {
                 std::mem::forget(std::mem::replace(&mut child, fresh));
             }
         }
+        // a limit was hit and the state may be half-way through anything: a fresh one takes its
+        // place before the caller hears back (so the pool has its full size again when it does),
+        // and the old one closes after that, so its finalizers do not delay the caller's error
+        let mut replaced = None;
         if replace {
-            // a limit was hit and the state may be half-way through anything: rebuild it before
-            // the caller hears back, so the pool has its full size again when it does
-            drop(child);
-            match Child::new(&pool.config) {
+            let fresh = if pool.stop.load(Ordering::Relaxed) {
+                Err(Error::Stopped)
+            } else {
+                Child::new(&pool.config, &pool.stop)
+            };
+            match fresh {
                 Ok(c) => {
-                    child = c;
+                    replaced = Some(std::mem::replace(&mut child, c));
                     pool.replaced();
                 }
                 Err(e) => {
-                    // cannot rebuild: the pool stays one state smaller, and the caller hears why
+                    // cannot rebuild (or the pool is being stopped): the pool stays one state
+                    // smaller, and the caller hears why
                     pool.retire(core, Retire::Lost(ended));
                     let outcome = match outcome {
-                        Outcome::Err(limit) => Outcome::Err(limit.not_replaced(&e)),
+                        Outcome::Err(limit) if !matches!(e, Error::Stopped) => {
+                            Outcome::Err(limit.not_replaced(&e))
+                        }
                         other => other,
                     };
                     call.finish(outcome);
@@ -289,6 +298,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
             call.finish(outcome);
         }
         drop(call);
+        drop(replaced);
         next = match after {
             Next::Run(c) => Some(c),
             Next::Idle => None,
