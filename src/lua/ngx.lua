@@ -560,9 +560,18 @@ function A.init_worker()
   ensure_light_thread(worker())
 end
 
---- vmpool.ngx.exit_worker(): closes this worker's pools made by vmpool.ngx.pool and the native end
---- of the doorbell (call it in exit_worker_by_lua; a graceful exit has stopped the light thread).
-function A.exit_worker()
+--- vmpool.ngx.exit_worker([options]): closes this worker's pools made by vmpool.ngx.pool and the
+--- native end of the doorbell (call it in exit_worker_by_lua; a graceful exit has stopped the light
+--- thread). Each pool closes with pool:close{ timeout = options.timeout } (default 0: the requests
+--- are gone, and on `nginx -s stop` the master kills a worker that does not exit promptly).
+function A.exit_worker(options)
+  local timeout = 0
+  if options ~= nil then
+    if type(options) ~= "table" then
+      error("vmpool: bad argument #1 to 'exit_worker': expected an options table or nothing, got " .. type(options), 2)
+    end
+    timeout = options.timeout == nil and 0 or options.timeout
+  end
   local w = W
   if w == nil or w.pid ~= worker_pid() then
     return
@@ -572,7 +581,7 @@ function A.exit_worker()
   local pools = w.pools
   w.pools = {}
   for _, pool in pairs(pools) do
-    pool:close()
+    pool:close { timeout = timeout }
   end
 end
 

@@ -15,6 +15,7 @@ pub mod housekeeper;
 pub mod ledger;
 pub mod worker;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -51,6 +52,9 @@ pub struct Pool {
     all_exited: Condvar,
     /// Set by a bounded close whose time ran out: the limit hook stops the calls still running.
     pub stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Workers creating a state now: a bounded close waits for them (a state's creation reads
+    /// its host's data, e.g. nginx's configuration, which is freed once the host's state closes).
+    creating: std::sync::atomic::AtomicUsize,
     pub chunks: Chunks,
     fork_generation: u64,
     pid: u32,
@@ -106,6 +110,7 @@ impl Pool {
             wake_housekeeper: Condvar::new(),
             all_exited: Condvar::new(),
             stop: Arc::default(),
+            creating: Default::default(),
             chunks: Chunks::default(),
             fork_generation: crate::sys::fork_generation(),
             pid: crate::sys::pid(),
@@ -376,26 +381,49 @@ impl Pool {
     }
 
     /// Waits until no worker thread is alive; past `deadline`, stops the running calls and
-    /// gives up after [`STOP_GRACE`]. True if every thread exited.
+    /// gives up after [`STOP_GRACE`], or once no state is being created after that, at most
+    /// [`CREATE_GRACE`] later. True if every thread exited.
     fn wait_exited(&self, g: &mut MutexGuard<'_, Inner>, deadline: Option<Instant>) -> bool {
-        let Some(mut deadline) = deadline else {
+        let Some(deadline) = deadline else {
             while g.threads.running() > 0 {
                 self.all_exited.wait(g);
             }
             return true;
         };
-        let mut stopped = false;
+        let mut stopped_at = None;
         while g.threads.running() > 0 {
-            if self.all_exited.wait_until(g, deadline).timed_out() && g.threads.running() > 0 {
-                if stopped {
+            let until = match stopped_at {
+                None => deadline,
+                Some(t) if self.creating.load(Ordering::SeqCst) == 0 => t + STOP_GRACE,
+                Some(t) => t + STOP_GRACE + CREATE_GRACE,
+            };
+            if Instant::now() >= until {
+                if stopped_at.is_some() {
                     return false;
                 }
-                stopped = true;
-                self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-                deadline = Instant::now() + STOP_GRACE;
+                stopped_at = Some(Instant::now());
+                // SeqCst with `new_child`: either it sees the flag or this sees its count
+                self.stop.store(true, Ordering::SeqCst);
+                continue;
             }
+            self.all_exited.wait_until(g, until);
         }
         true
+    }
+
+    /// A worker's new state, unless a bounded close has stopped the pool.
+    pub fn new_child(&self) -> Result<crate::child::Child, Error> {
+        self.creating.fetch_add(1, Ordering::SeqCst);
+        let child = if self.stop.load(Ordering::SeqCst) {
+            Err(Error::Closed)
+        } else {
+            crate::child::Child::new(&self.config, &self.stop)
+        };
+        if self.creating.fetch_sub(1, Ordering::SeqCst) == 1 && self.stop.load(Ordering::SeqCst) {
+            let _g = self.inner.lock();
+            self.all_exited.notify_all();
+        }
+        child
     }
 
     fn join_all(&self, mut g: MutexGuard<'_, Inner>) {
@@ -420,6 +448,9 @@ impl Pool {
 /// end (an interrupted call unwinds and its state closes within microseconds unless a finalizer
 /// or a C function holds it).
 pub const STOP_GRACE: Duration = Duration::from_millis(100);
+
+/// How much longer it waits for states still being created (their `init` runs to its end).
+pub const CREATE_GRACE: Duration = Duration::from_secs(1);
 
 /// A call reserved to an idle state by [`Pool::submit_later`]: dropping it posts the call to the
 /// state's worker (so a reservation can never be lost).

@@ -16,7 +16,6 @@ use parking_lot::{Condvar, Mutex};
 
 use super::{Ended, Next, Pool, Retire};
 use crate::call::{Call, Outcome, ASSIGNED, RUNNING};
-use crate::child::Child;
 use crate::mailbox::{Letter, Mailbox};
 use crate::spin::AdaptiveSpin;
 use crate::Error;
@@ -197,7 +196,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
     if let Some(nice) = pool.config.thread_nice {
         crate::sys::set_thread_nice(nice);
     }
-    let mut child = match Child::new(&pool.config, &pool.stop) {
+    let mut child = match pool.new_child() {
         Ok(c) => c,
         Err(e) => {
             pool.retire(
@@ -257,7 +256,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         };
         #[cfg(feature = "count-alloc")]
         if runnable && crate::leak::after_call(&call) == crate::leak::Leak::State {
-            if let Ok(fresh) = Child::new(&pool.config, &pool.stop) {
+            if let Ok(fresh) = crate::child::Child::new(&pool.config, &pool.stop) {
                 std::mem::forget(std::mem::replace(&mut child, fresh));
             }
         }
@@ -266,12 +265,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         // and the old one closes after that, so its finalizers do not delay the caller's error
         let mut replaced = None;
         if replace {
-            let fresh = if pool.stop.load(Ordering::Relaxed) {
-                Err(Error::Stopped)
-            } else {
-                Child::new(&pool.config, &pool.stop)
-            };
-            match fresh {
+            match pool.new_child() {
                 Ok(c) => {
                     replaced = Some(std::mem::replace(&mut child, c));
                     pool.replaced();
@@ -281,7 +275,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
                     // smaller, and the caller hears why
                     pool.retire(core, Retire::Lost(ended));
                     let outcome = match outcome {
-                        Outcome::Err(limit) if !matches!(e, Error::Stopped) => {
+                        Outcome::Err(limit) if !matches!(e, Error::Closed) => {
                             Outcome::Err(limit.not_replaced(&e))
                         }
                         other => other,
