@@ -148,6 +148,22 @@ describe("vmpool.shared", function()
       assert.are.equal("twelve", d:get("12"))
     end)
 
+    it("turns a float key into the string LuaJIT's tostring gives, 2.0 into \"2\" on every runtime", function()
+      local d = fresh()
+      d:set(2.0, "two")
+      d:set(0.5, "half")
+      d:set(1e15, "big")
+      d:set(1 / 3, "third")
+      assert.are.equal("two", d:get("2"))
+      assert.are.equal("two", d:get(2))
+      assert.are.equal("half", d:get("0.5"))
+      assert.are.equal("big", d:get("1e+15"))
+      assert.are.equal("third", d:get("0.33333333333333"))
+      local keys = d:get_keys(0)
+      table.sort(keys)
+      assert.are.same({ "0.33333333333333", "0.5", "1e+15", "2" }, keys)
+    end)
+
     it("hides an entry once its exptime has passed", function()
       local d = fresh()
       d:set("k", "v", 10)
@@ -157,6 +173,20 @@ describe("vmpool.shared", function()
       assert.is_nil(d:get("k"))
       d:set("forever", "v", math.huge)
       assert.are.equal(0, d:ttl("forever"))
+    end)
+
+    it("treats a TTL too long to count (over about 146 years) as no expiry, as math.huge", function()
+      local d = fresh()
+      for _, ttl in ipairs { 1e300, 2^63, 5e9 } do
+        assert.is_true(d:set("k", "v", ttl))
+        assert.are.equal(0, d:ttl("k"))
+        d:_advance(1e10)
+        assert.are.equal("v", d:get("k"))
+      end
+      d:set("k", "v", 4e9)
+      assert.is_true(d:ttl("k") > 3.9e9)
+      d:_advance(4.1e9)
+      assert.is_nil(d:get("k"))
     end)
 
     it("raises vmpool: errors for bad keys, values, exptimes and flags", function()
@@ -488,6 +518,22 @@ describe("vmpool.shared", function()
       for i = 1, n do assert.are.equal(value, d:get("k" .. i)) end
       assert.are.same({ false, "no memory", false }, { d:set("huge", string.rep("x", 2000)) })
       assert.are.equal(value, d:get("k1"))
+    end)
+
+    it("evicts nothing for a list push: a full dictionary answers nil, \"no memory\" as ngx does", function()
+      local d = fresh({ capacity = 8192, shards = 1 })
+      local n = 0
+      while d:safe_set("k" .. n + 1, string.rep("v", 1000)) do n = n + 1 end
+      for i = 1, 50 do
+        assert.are.same({ nil, "no memory" }, { d:lpush("l" .. i % 5, string.rep("x", 4000)) })
+        assert.are.same({ nil, "no memory" }, { d:rpush("l" .. i % 5, string.rep("x", 4000)) })
+      end
+      for i = 1, n do assert.is_truthy(d:get("k" .. i), "k" .. i .. " was evicted") end
+      assert.are.equal(0, d:llen("l1"))
+      -- set still evicts to make room
+      local ok, _, forcible = d:set("other", string.rep("y", 4000))
+      assert.is_true(ok)
+      assert.is_true(forcible)
     end)
 
     it("frees the space of removed entries", function()

@@ -17,6 +17,7 @@ http {
   access_log off;
   lua_shared_dict host_zone 16m;
   lua_shared_dict state_zone 16m;
+  lua_shared_dict small_zone 100k;
   lua_package_cpath "@CPATH@;;";
   lua_package_path "@SPEC@/?.lua;/usr/share/lua/5.1/?.lua;;";
   init_worker_by_lua_block {
@@ -39,6 +40,18 @@ http {
   }
   server {
     listen 127.0.0.1:@PORT@;
+    location = /scenario {
+      content_by_lua_block {
+        local Ops = require "shared_ops"
+        local vmpool = require "vmpool"
+        local name = ngx.var.arg_name
+        local want_dict = ngx.shared.small_zone
+        want_dict:flush_all()
+        want_dict:flush_expired()
+        ngx.say("ngx.shared: ", Ops.scenarios[name](want_dict))
+        ngx.say("vmpool:     ", Ops.scenarios[name](vmpool.shared("scenario_" .. name, { capacity = "100k" })))
+      }
+    }
     location = /diff {
       content_by_lua_block {
         local Ops = require "shared_ops"
@@ -94,6 +107,16 @@ describe("vmpool.shared and ngx.shared.DICT, the same operations side by side", 
       "where=host&shards=1&flush=1", { 5, 6 } },
     { "gives a pool state's ngx.shared.DICT the event loop's answers", "where=state&flush=1", { 7, 8 } },
   }
+  for _, name in ipairs { "full_list_push", "huge_ttl", "number_keys" } do
+    it("answers as ngx.shared.DICT does in the scenario " .. name, function()
+      local status, body = H.get(port, "/scenario?name=" .. name)
+      assert.are.equal(200, status, body)
+      local want, got = body:match("^ngx.shared: ([^\n]*)\nvmpool:     ([^\n]*)\n$")
+      assert.is_truthy(want, body)
+      assert.are.equal(want, got)
+    end)
+  end
+
   for _, c in ipairs(CASES) do
     local title, query, seeds = c[1], c[2], c[3]
     for _, seed in ipairs(seeds) do

@@ -28,7 +28,8 @@
 //!   each `get`, by `flush_expired`, or when their room is needed;
 //! - a write that needs room evicts the least recently used entries (of its own shard first, then
 //!   of others it can lock without waiting), at most [`MAX_EVICTIONS`], and reports that it did
-//!   (`forcible`); the `safe` writes evict nothing and fail with "no memory" instead;
+//!   (`forcible`); the `safe` writes and list pushes evict nothing and fail with "no memory"
+//!   instead;
 //! - `flush_all` marks every entry expired (still readable by `get_stale`) and then removes up
 //!   to three of them at once, from the least recently used end ([`FLUSH_ALL_FREES`]);
 //! - `add` and `replace` of nil fail with ngx's "attempt to add or replace nil values";
@@ -486,14 +487,19 @@ fn monotonic_ns() -> u64 {
         + 1
 }
 
+/// The longest TTL kept, in nanoseconds (about 146 years): a longer one means no expiry.
+pub const MAX_TTL_NS: u64 = u64::MAX / 4;
+
 /// Converts a TTL in seconds into nanoseconds (0 = never; the caller checked it is not negative
-/// or NaN; infinity means never).
+/// or NaN). Infinity and anything above [`MAX_TTL_NS`] mean never, as a TTL too long for ngx's
+/// millisecond count does there (`1e300`, `2^63`), rather than a deadline clamped to 146 years.
 pub fn ttl_ns(seconds: f64) -> u64 {
-    if seconds <= 0.0 || seconds.is_infinite() {
+    let ns = seconds * 1e9;
+    if seconds <= 0.0 || ns >= MAX_TTL_NS as f64 {
         0
     } else {
         // at least 1 ns, so that a tiny positive TTL still expires
-        ((seconds * 1e9) as u64).clamp(1, u64::MAX / 4)
+        (ns as u64).max(1)
     }
 }
 
@@ -557,7 +563,8 @@ impl Dict {
 
     /// Moves this dictionary's clock forward (tests of TTLs without waiting).
     pub fn advance(&self, seconds: f64) {
-        self.skew.fetch_add(ttl_ns(seconds), Ordering::Relaxed);
+        self.skew
+            .fetch_add((seconds.max(0.0) * 1e9) as u64, Ordering::Relaxed);
     }
 
     pub fn now(&self) -> u64 {
@@ -1097,7 +1104,8 @@ impl Dict {
                 map.push(Box::from(key), e);
             }
         };
-        if let Err(r) = self.make_room(own, &mut map, need, false) {
+        // a list push evicts nothing, as ngx's: without room it fails with "no memory"
+        if let Err(r) = self.make_room(own, &mut map, need, true) {
             restore(&mut map, list);
             return Err(r);
         }
