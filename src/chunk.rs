@@ -37,7 +37,7 @@ impl Chunk {
     pub fn compile(st: State, name: &str, source: &[u8]) -> Result<Chunk, Error> {
         let top = st.top();
         if !st.check_stack(2) {
-            return Err(Error::Internal("no Lua stack space to compile".into()));
+            return Err(Error::no_stack("compiling a chunk"));
         }
         let rc = st.load_text(source, name);
         if rc != 0 {

@@ -88,8 +88,27 @@ pub enum Error {
     Load { module: String, message: String },
     /// The system refused a file descriptor vmpool needed for `doing` (`fut:pollfd()`'s eventfd).
     NoDescriptor { doing: String, cause: String },
+    /// The Lua stack had no room left for what vmpool had to push while `doing` something.
+    NoStack { doing: String },
+    /// An internal method of the adapters (`_name`) called by a program, the wrong way.
+    Private { method: String, needs: String },
     /// Anything else that should not happen.
     Internal(String),
+}
+
+impl Error {
+    pub fn no_stack(doing: &str) -> Error {
+        Error::NoStack {
+            doing: doing.into(),
+        }
+    }
+
+    pub fn private(method: &str, needs: &str) -> Error {
+        Error::Private {
+            method: method.into(),
+            needs: needs.into(),
+        }
+    }
 }
 
 /// A Lua number as Lua's `tostring` shows a float (`%.14g`: `1e+300`, `nan`, `inf`, `0.5`), for
@@ -206,6 +225,14 @@ impl fmt::Display for Error {
             Error::NoDescriptor { doing, cause } => write!(
                 f,
                 "vmpool: cannot create {doing}: {cause} (the process is out of file descriptors: close some, or raise its limit with ulimit -n)"
+            ),
+            Error::NoStack { doing } => write!(
+                f,
+                "vmpool: no Lua stack space left for {doing} (the calling code is nested too deeply or holds too many values on the stack: call from a shallower place)"
+            ),
+            Error::Private { method, needs } => write!(
+                f,
+                "vmpool: {method} needs {needs} (it is an internal method of vmpool's schedulers, not for programs: use pool:co_invoke, pool:co_map or vmpool.run)"
             ),
             Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
         }

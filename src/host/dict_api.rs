@@ -109,7 +109,7 @@ fn key<'a>(st: State, idx: c_int, method: &str) -> Result<&'a [u8], Error> {
         TSTRING => st.string_bytes(idx),
         TNUMBER => {
             if !st.check_stack(4) {
-                return Err(Error::Internal("no Lua stack space".into()));
+                return Err(Error::no_stack("a shared dictionary's arguments"));
             }
             if st.to_integer_exact(idx).is_none() {
                 // a float as LuaJIT's tostring shows it (`%.14g`), as ngx's keys are: `2.0` is
@@ -352,7 +352,7 @@ fn string_number(st: State, idx: c_int) -> Result<Number, Error> {
     #[cfg(feature = "lua54")]
     {
         if !st.check_stack(1) {
-            return Err(Error::Internal("no Lua stack space".into()));
+            return Err(Error::no_stack("a shared dictionary's arguments"));
         }
         // SAFETY: the slot holds a string (the caller checked it converts in whole, so it has
         // no embedded NUL before its end), which `lua_tolstring` returns without changing the
@@ -390,7 +390,7 @@ fn ensure_stack(st: State, n: c_int) -> Result<(), Error> {
     if st.check_stack(n) {
         Ok(())
     } else {
-        Err(Error::Internal("no Lua stack space for the results".into()))
+        Err(Error::no_stack("a shared dictionary's results"))
     }
 }
 

@@ -36,7 +36,7 @@ fn pool_handle<'a>(st: State, idx: c_int, method: &str) -> Result<&'a mut PoolHa
 fn map_handle<'a>(st: State) -> Result<&'a mut MapRun, Error> {
     userdata::get::<MapRun>(st, 1)
         .and_then(|b| b.get())
-        .ok_or_else(|| Error::Internal("expected a map run as first argument".into()))
+        .ok_or_else(|| Error::private("a map's method", "a map as its first argument"))
 }
 
 /// Reads the options table at `idx` (nil or none: the defaults).
@@ -52,7 +52,7 @@ fn options(st: State, idx: c_int, method: &str) -> Result<MapOptions, Error> {
         _ => return Err(bad_arg(st, idx, 4, method, "a table of options or nil")),
     }
     if !st.check_stack(3) {
-        return Err(Error::Internal("no Lua stack space".into()));
+        return Err(Error::no_stack("reading the options of pool:map"));
     }
     let top = st.top();
     let wrong = |what: &str, expected: &str, st: State| {
@@ -243,9 +243,9 @@ fn subscribe_impl(st: State) -> Result<c_int, Error> {
     let m = map_handle(st)?;
     let handle = userdata::get::<NotifierHandle>(st, 2)
         .and_then(|b| b.get())
-        .ok_or_else(|| Error::Internal("m:_subscribe needs a notifier".into()))?;
+        .ok_or_else(|| Error::private("m:_subscribe", "a notifier"))?;
     if st.type_of(3) != TNUMBER {
-        return Err(Error::Internal("m:_subscribe needs a token".into()));
+        return Err(Error::private("m:_subscribe", "a token"));
     }
     let token = st.to_number(3) as u64;
     let subscribed = m
@@ -278,10 +278,10 @@ crate::lua_function!(pub fn watch => watch_impl);
 fn watch_impl(st: State) -> Result<c_int, Error> {
     let handle = userdata::get::<NotifierHandle>(st, 1)
         .and_then(|b| b.get())
-        .ok_or_else(|| Error::Internal("notifier:_watch needs a notifier".into()))?;
+        .ok_or_else(|| Error::private("notifier:_watch", "a notifier"))?;
     let m = userdata::get::<MapRun>(st, 2)
         .and_then(|b| b.get())
-        .ok_or_else(|| Error::Internal("notifier:_watch needs a map".into()))?;
+        .ok_or_else(|| Error::private("notifier:_watch", "a map"))?;
     match m.wait_target() {
         Some(call) => st.push_integer(handle.waits.watch(call.clone()) as i64),
         None => st.push_nil(),

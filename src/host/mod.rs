@@ -144,9 +144,7 @@ pub fn open(st: State) -> Result<c_int, Error> {
     crate::abi::check_host()?;
     crate::sys::fork_generation();
     if !st.check_stack(16) {
-        return Err(Error::Internal(
-            "no Lua stack space to open the module".into(),
-        ));
+        return Err(Error::no_stack("opening the module"));
     }
     st.set_top(0);
     let mut failed: Option<Error> = None;
@@ -178,9 +176,7 @@ pub fn open(st: State) -> Result<c_int, Error> {
 /// protected call, so that an error (luv not installed, say) never unwinds through Rust frames.
 pub fn open_adapter(st: State, module: &str) -> Result<c_int, Error> {
     if !st.check_stack(8) {
-        return Err(Error::Internal(
-            "no Lua stack space to open an adapter".into(),
-        ));
+        return Err(Error::no_stack("opening an adapter"));
     }
     st.set_top(0);
     if st.load_text(ADAPTER_LOADER.as_bytes(), "=vmpool/adapter") != 0 {
@@ -204,9 +200,7 @@ pub fn open_adapter(st: State, module: &str) -> Result<c_int, Error> {
 /// Builds the module table (inside `open`'s protected call) and leaves it on top.
 fn build(st: State) -> Result<c_int, Error> {
     if !st.check_stack(16) {
-        return Err(Error::Internal(
-            "no Lua stack space to open the module".into(),
-        ));
+        return Err(Error::no_stack("opening the module"));
     }
     st.set_top(0);
     // slots 1..4: the metatables every function closes over, 5: the protected-call runner (see
@@ -272,7 +266,14 @@ fn build(st: State) -> Result<c_int, Error> {
         )));
     }
     st.push_value(native);
-    if st.pcall(1, 1, 0) != 0 {
+    let rc = st.pcall(1, 1, 0);
+    if rc == mlua::ffi::LUA_ERRMEM {
+        return Err(Error::Host {
+            doing: "opening the module".into(),
+            message: None,
+        });
+    }
+    if rc != 0 {
         return Err(Error::Internal(format!(
             "the module's Lua part failed: {}",
             String::from_utf8_lossy(st.to_bytes(-1).unwrap_or_default())

@@ -84,7 +84,7 @@ fn ngx_state_impl(st: State) -> Result<c_int, Error> {
     let http_consts = symbol(c"ngx_http_lua_inject_http_consts")?;
     let lmcf = lua_main_conf()?;
     if !st.check_stack(8) {
-        return Err(Error::Internal("no Lua stack space".into()));
+        return Err(Error::no_stack("the ngx API of a pool state"));
     }
     if st.load_text(NGX_STATE.as_bytes(), "vmpool/ngx_state.lua") != 0 {
         return Err(Error::Internal(format!(

@@ -155,9 +155,7 @@ crate::lua_function!(pub fn collect => collect_impl);
 fn collect_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     if st.type_of(2) != TTABLE {
-        return Err(Error::Internal(
-            "notifier:_collect needs a buffer table".into(),
-        ));
+        return Err(Error::private("notifier:_collect", "a buffer table"));
     }
     wait_tokens(st, &mut h.waits, 3, "vmpool.run")?;
     let tokens = &h.waits.tokens;
@@ -203,12 +201,19 @@ crate::lua_function!(pub fn doorbell_accept => doorbell_accept_impl);
 fn doorbell_accept_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     let listener = h.listener.take().ok_or_else(|| {
-        Error::Internal("_doorbell_accept called without _doorbell_listen".into())
+        Error::private(
+            "notifier:_doorbell_accept",
+            "a notifier:_doorbell_listen first",
+        )
     })?;
-    let fd = listener.accept().map_err(|e| {
-        Error::Internal(format!(
+    let fd = listener.accept().map_err(|e| match e.raw_os_error() {
+        Some(libc::EMFILE | libc::ENFILE) => Error::NoDescriptor {
+            doing: "the light thread's doorbell connection".into(),
+            cause: e.to_string(),
+        },
+        _ => Error::Internal(format!(
             "the light thread's doorbell connection did not arrive: {e}"
-        ))
+        )),
     })?;
     drop(listener);
     h.pollfd = None;

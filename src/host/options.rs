@@ -108,7 +108,7 @@ fn read_table(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
 
 fn read_fields(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
     if !st.check_stack(4) {
-        return Err(Error::Internal("no Lua stack space".into()));
+        return Err(Error::no_stack("reading the options"));
     }
     st.push_nil();
     while st.next(t) {

@@ -264,13 +264,13 @@ impl Waits {
     pub fn take(&mut self, token: u64, wait: &dyn Fn() -> bool) -> Result<Arc<Call>, Error> {
         let running = match self.calls.get(token) {
             Some(e) => !e.call.is_done(),
-            None => return Err(Error::Internal(format!("no call with token {token}"))),
+            None => return Err(no_token(token)),
         };
         if running {
             self.finish_first(token, wait)?;
         }
         let Some(entry) = self.calls.remove(token) else {
-            return Err(Error::Internal(format!("no call with token {token}")));
+            return Err(no_token(token));
         };
         self.forget(token, &entry);
         if let Some(b) = &mut self.batch {
@@ -291,9 +291,12 @@ impl Waits {
     #[inline(never)]
     fn finish_first(&mut self, token: u64, wait: &dyn Fn() -> bool) -> Result<(), Error> {
         if !wait() {
-            return Err(Error::Internal(format!(
-                "the call with token {token} has not finished"
-            )));
+            return Err(Error::private(
+                "notifier:_take",
+                &format!(
+                    "the token of a finished call (the call with token {token} is still running)"
+                ),
+            ));
         }
         let deferred = self.calls.get(token).is_some_and(|e| e.deferred);
         if deferred {
@@ -380,4 +383,13 @@ fn start(notifier: &Arc<Notifier>, token: u64, e: &mut InFlight) -> Result<Optio
     };
     subscribe(notifier, token, &e.call);
     Ok(posting)
+}
+
+/// A token that names no call: only an adapter's internal methods take tokens.
+#[cold]
+fn no_token(token: u64) -> Error {
+    Error::private(
+        "notifier:_take",
+        &format!("the token of a call it holds (no call has token {token})"),
+    )
 }
