@@ -265,9 +265,9 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         // and the old one closes after that, so its finalizers do not delay the caller's error
         let mut replaced = None;
         if replace {
-            match pool.new_child() {
-                Ok(c) => {
-                    replaced = Some(std::mem::replace(&mut child, c));
+            match swap_in_fresh(pool, &mut child) {
+                Ok(old) => {
+                    replaced = Some(old);
                     pool.replaced();
                 }
                 Err(e) => {
@@ -300,4 +300,16 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         };
     }
     drop(child);
+}
+
+/// Puts a fresh state in `child`'s place and returns the old one (boxed: the call loop's
+/// `Option` of it stays one word, with no copy of a whole state on the fast path).
+#[cold]
+#[inline(never)]
+fn swap_in_fresh(
+    pool: &Pool,
+    child: &mut crate::child::Child,
+) -> Result<Box<crate::child::Child>, Error> {
+    let fresh = pool.new_child()?;
+    Ok(Box::new(std::mem::replace(child, fresh)))
 }
