@@ -111,25 +111,19 @@ fn key<'a>(st: State, idx: c_int, method: &str) -> Result<&'a [u8], Error> {
             if !st.check_stack(4) {
                 return Err(Error::no_stack("a shared dictionary's arguments"));
             }
+            let doing = || format!("converting the key of dict:{method}()");
             if st.to_integer_exact(idx).is_none() {
                 // a float as LuaJIT's tostring shows it (`%.14g`), as ngx's keys are: `2.0` is
                 // "2" on every runtime (Lua 5.3 and 5.4 would say "2.0")
                 let text = crate::error::lua_number(st.to_number(idx));
-                push_str(st, &text, || {
-                    format!("converting the key of dict:{method}()")
-                })?;
+                push_str(st, &text, doing)?;
             } else {
                 // converting a number to a string allocates: protected, the string is left on top
                 st.push_value(idx);
-                protected(
-                    st,
-                    1,
-                    || format!("converting the key of dict:{method}()"),
-                    &mut |st| {
-                        st.string_bytes(1);
-                        1
-                    },
-                )?;
+                protected(st, 1, doing, &mut |st| {
+                    st.string_bytes(1);
+                    1
+                })?;
             }
             st.string_bytes(-1)
         }

@@ -260,11 +260,8 @@ fn close_timeout(st: State) -> Result<Option<std::time::Duration>, Error> {
     st.pop(1);
     match t {
         TNIL => Ok(None),
-        TNUMBER if n >= 0.0 => Ok(if n.is_infinite() {
-            None
-        } else {
-            Some(std::time::Duration::try_from_secs_f64(n).unwrap_or(std::time::Duration::MAX))
-        }),
+        // math.huge, or longer than a duration counts: forever (as vmpool.new's durations)
+        TNUMBER if n >= 0.0 => Ok(std::time::Duration::try_from_secs_f64(n).ok()),
         _ => Err(bad(format!(
             "timeout must be a non-negative number of seconds or math.huge, got {}",
             if t == TNUMBER {

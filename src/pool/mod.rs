@@ -362,7 +362,7 @@ impl Pool {
         if self.check_process().is_err() {
             return;
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = crate::call::deadline_after(timeout);
         let mut g = self.inner.lock();
         if let Some(ledger::Closing { queued, idle }) = g.ledger.close() {
             for mb in idle {
