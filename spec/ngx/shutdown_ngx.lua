@@ -33,6 +33,17 @@ http {
       ]=])
       return p
     end)
+    -- a state whose init is still running when the worker exits, and then sets up ngx (again)
+    vmpool.ngx.pool("late", function()
+      local p = vmpool.new { core = 0, max_noncore = 1, init = [=[
+        local ffi = require "ffi"
+        ffi.cdef "int poll(void *fds, unsigned long nfds, int timeout);"
+        ffi.C.poll(nil, 0, 300)
+        require("vmpool")._ngx_state()
+      ]=] }
+      p:compile("l", "function f() return 'late' end")
+      return p
+    end)
   }
   @EXIT@
   server {
@@ -47,6 +58,12 @@ http {
       content_by_lua_block {
         local pool = require("vmpool").ngx.pool("c")
         ngx.say(pool:co_invoke("c", "csleep", tonumber(ngx.var.arg_ms)))
+      }
+    }
+    location = /late {
+      content_by_lua_block {
+        local pool = require("vmpool").ngx.pool("late")
+        ngx.say(pool:co_invoke("l", "f"))
       }
     }
     location = /waiting { content_by_lua_block { ngx.say(require("vmpool").ngx.stats().waiting) } }
@@ -122,6 +139,22 @@ describe("an nginx worker exiting with calls in flight", function()
       assert_clean_log(nginx)
     end)
   end
+
+  -- nginx points ngx_cycle at an empty exit cycle before the pools' finalizers run; a state
+  -- setting up ngx then must get an error, not read the configuration through it (SIGSEGV)
+  it("exits cleanly on nginx -s stop while a state being created sets up ngx", function()
+    local port
+    nginx, port = start(nil, false)
+    local sockets = in_flight(port, { { "/late", 1 } })
+    local workers, master = nginx:worker_pids(), nginx:master_pid()
+    local t0 = H.now()
+    assert(H.sh(nginx:cmd("-s stop")))
+    -- close waits up to CREATE_GRACE (1 s) for states being created
+    gone_within("the worker to exit on -s stop", workers, t0, 1.5)
+    H.wait_until("the master to exit", 5, function() return not H.alive(master) end)
+    sockets[1]:close()
+    assert_clean_log(nginx)
+  end)
 
   it("finishes the waiting requests on nginx -s quit, then exits", function()
     local port

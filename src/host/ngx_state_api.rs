@@ -52,12 +52,18 @@ fn lua_main_conf() -> Result<*mut c_void, Error> {
     // (one slot per module index); `ngx_module_t` starts with `ngx_uint_t ctx_index, index`; the
     // http module's slot holds an `ngx_http_conf_ctx_t` whose first field is `void **main_conf`
     // (one slot per http module's ctx_index). This is `ngx_http_cycle_get_module_main_conf`.
+    // The worker's main thread rewrites `ngx_cycle` once, on exit, so it is read as volatile.
     unsafe {
-        let cycle = *cycle_var;
+        let cycle = std::ptr::read_volatile(cycle_var);
         if cycle.is_null() {
             return Err(Error::Internal("ngx_cycle is not set".into()));
         }
         let conf_ctx = *cycle as *const *const *const *mut c_void;
+        // An exiting worker points `ngx_cycle` at a static exit cycle with no configuration
+        // before it frees the real one; a state created then (its pool closing) gets no ngx API.
+        if conf_ctx.is_null() {
+            return Err(Error::Closed);
+        }
         let http_index = *http_module.add(1);
         let http_ctx = *conf_ctx.add(http_index);
         if http_ctx.is_null() {
