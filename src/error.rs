@@ -1,5 +1,7 @@
 //! The one error type. Every variant renders as a message that starts with `vmpool:`, says what went
-//! wrong and what to do about it; that text is exactly what Lua callers see.
+//! wrong and what to do about it; that text is exactly what Lua callers see. The one exception is
+//! [`Error::AsNgx`]: `vmpool.shared` raises where `ngx.shared.DICT` raises with ngx's own words,
+//! because code written for ngx matches them.
 
 use std::fmt;
 
@@ -30,6 +32,9 @@ pub enum Error {
     },
     /// An argument or result cannot cross between states.
     Unsupported(String),
+    /// Bad input to a `vmpool.shared` method that `ngx.shared.DICT` (resty.core) raises for: its
+    /// message, word for word (`bad "zone" argument`), with no `vmpool:` prefix.
+    AsNgx(String),
     /// The call ran past `time_limit`.
     TimeLimit {
         chunk: String,
@@ -157,6 +162,7 @@ impl fmt::Display for Error {
                 write!(f, "vmpool: error in {chunk}:{function}: {message}")
             }
             Error::Unsupported(m) => write!(f, "vmpool: {m}"),
+            Error::AsNgx(m) => f.write_str(m),
             Error::TimeLimit { chunk, function, seconds, not_replaced } => write!(
                 f,
                 "vmpool: time limit exceeded: {chunk}:{function} ran longer than {seconds}s ({}; raise time_limit or make the call shorter)",

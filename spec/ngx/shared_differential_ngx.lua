@@ -107,7 +107,7 @@ describe("vmpool.shared and ngx.shared.DICT, the same operations side by side", 
       "where=host&shards=1&flush=1", { 5, 6 } },
     { "gives a pool state's ngx.shared.DICT the event loop's answers", "where=state&flush=1", { 7, 8 } },
   }
-  for _, name in ipairs { "full_list_push", "huge_ttl", "number_keys" } do
+  for _, name in ipairs { "full_list_push", "huge_ttl", "number_keys", "bad_input" } do
     it("answers as ngx.shared.DICT does in the scenario " .. name, function()
       local status, body = H.get(port, "/scenario?name=" .. name)
       assert.are.equal(200, status, body)

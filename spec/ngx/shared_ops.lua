@@ -4,6 +4,8 @@
 -- Loaded by the nginx handler (require "shared_ops") and compiled into pool states as a chunk.
 local M = {}
 
+local unpack = table.unpack or unpack -- luacheck: ignore 143
+
 local function text_of(v)
   local t = type(v)
   if t == "number" then
@@ -104,7 +106,6 @@ function M.generate(seed, n, opts)
   return ops
 end
 
-local unpack = table.unpack or unpack -- luacheck: ignore 143
 
 -- The results of `ops` on `dict`, one text per operation (ttl rounded to 0.1 s: the two clocks
 -- are read at different moments)
@@ -191,6 +192,51 @@ function M.scenarios.number_keys(dict)
   table.sort(keys)
   return #keys .. " keys: " .. table.concat(keys, " ") .. "; get('2')=" .. tostring(dict:get("2"))
     .. " get(2.0)=" .. tostring(dict:get(2.0)) .. " get('1500')=" .. tostring(dict:get("1500"))
+end
+
+-- Bad input: what each method returns for keys and values ngx refuses, and the words it raises
+-- for a bad zone, exptime, init or init_ttl (argument errors of other kinds, whose words differ
+-- on purpose, are "error")
+function M.scenarios.bad_input(dict)
+  local function run(f, ...)
+    local function pack(...) return { n = select("#", ...), ... } end
+    local r = pack(pcall(f, ...))
+    if r[1] then return results(true, unpack(r, 2, r.n)) end
+    local err = tostring(r[2]):gsub("^[^\n]-:%d+: ", "")
+    if err:find("^vmpool:") or err:find("^bad argument") then return "error" end
+    return "raised " .. err
+  end
+  local out = {}
+  local long = ("k"):rep(65536)
+  for _, name in ipairs { "get", "get_stale", "set", "safe_set", "add", "safe_add", "replace", "delete",
+    "incr", "ttl", "expire", "lpush", "rpush", "lpop", "rpop", "llen" } do
+    local rest = ({ incr = 1, expire = 10, lpush = "x", rpush = "x" })[name]
+    if name:find("set$") or name:find("add$") or name == "replace" then rest = 1 end
+    for i, k in ipairs { false, "", long, true, 7 } do
+      if i == 1 then k = nil end
+      local answer = rest == nil and run(dict[name], dict, k) or run(dict[name], dict, k, rest)
+      out[#out + 1] = name .. "(" .. tostring(k and #tostring(k)) .. ")=" .. answer
+    end
+  end
+  for _, v in ipairs { {}, print, true, false } do
+    out[#out + 1] = "set " .. type(v) .. "=" .. run(dict.set, dict, "v", v)
+    out[#out + 1] = "lpush " .. type(v) .. "=" .. run(dict.lpush, dict, "l", v)
+  end
+  out[#out + 1] = "rpush nil=" .. run(dict.rpush, dict, "l", nil)
+  out[#out + 1] = "zone string=" .. run(dict.set, "k", 1)
+  out[#out + 1] = "zone table=" .. run(dict.get, { 1 }, "k")
+  out[#out + 1] = "zone nil=" .. run(dict.incr, nil, "k", 1)
+  out[#out + 1] = "exptime -1=" .. run(dict.set, dict, "k", 1, -1)
+  out[#out + 1] = "exptime before key=" .. run(dict.add, dict, nil, 1, -1)
+  out[#out + 1] = "expire nil=" .. run(dict.expire, dict, "k")
+  out[#out + 1] = "expire false=" .. run(dict.expire, dict, "k", false)
+  for _, args in ipairs { { 1, "ten" }, { 1, {} }, { 1, true }, { 1, 0, -1 }, { 1, 0, "-5" }, { 1, 0, "soon" },
+    { 1, 0, {} }, { 1, nil, 5 }, { 1, false, 5 }, { 1, "2", "3" } } do
+    out[#out + 1] = "incr " .. tostring(args[2]):gsub(":.*", "") .. "," .. tostring(args[3]):gsub(":.*", "")
+      .. "=" .. run(dict.incr, dict, "x", unpack(args, 1, 3))
+  end
+  dict:delete("x")
+  return table.concat(out, "; ")
 end
 
 return M

@@ -4,11 +4,14 @@
 //! Past 600 lines because each of the dictionary's 21 methods reads and checks its own arguments
 //! the way `ngx.shared.DICT` takes them; the semantics are in `shared/dict.rs`.
 //!
-//! Results follow ngx exactly (`true, nil, forcible`; `false, "no memory", forcible`; `nil,
-//! "not found"`, ...), so code that checks them runs unchanged. Bad input that ngx answers with an
-//! error string or a Lua error (nil, empty or over-long keys, tables as values, negative or NaN
-//! TTLs, bad flags) raises a `vmpool:` error that says what was wrong: those are mistakes in the
-//! calling code, not outcomes to handle.
+//! Results follow ngx and resty.core exactly (`true, nil, forcible`; `false, "no memory",
+//! forcible`; `nil, "not found"`, ...), bad input included: where they return an error (`nil,
+//! "nil key"`, `"empty key"`, `"key too long"`, `"bad value type"`) so does this, and where they
+//! raise (`bad "zone" argument`, `bad "exptime" argument`, the checks of `incr`'s `init` and
+//! `init_ttl`) this raises with their words ([`Error::AsNgx`]), since code written for ngx
+//! matches them. Input ngx lets through to undefined ends (NaN values and TTLs, negative
+//! `expire` times, flags out of range, strings as TTLs) raises a `vmpool:` error that says what
+//! was wrong.
 //!
 //! A dictionary handle is a full userdata holding an `Arc` of the dictionary; its metatable is
 //! kept in the registry of each state that uses one (the host and any pool state).
@@ -75,15 +78,12 @@ fn bad(position: c_int, method: &str, what: String) -> Error {
     Error::BadArgument(format!("bad argument #{position} to '{method}': {what}"))
 }
 
-/// The dictionary `self` of a method call (stack slot 1).
-fn this<'a>(st: State, method: &str) -> Result<&'a Named, Error> {
+/// The dictionary `self` of a method call (stack slot 1); anything else (a method called with
+/// `.` instead of `:`) raises ngx's `bad "zone" argument`.
+fn this<'a>(st: State) -> Result<&'a Named, Error> {
     let handle = userdata::get::<SharedHandle>(st, 1)
         .and_then(|b| b.get())
-        .ok_or_else(|| {
-            Error::BadArgument(format!(
-                "bad self to '{method}': expected a shared dictionary (call it as dict:{method}(...))"
-            ))
-        })?;
+        .ok_or_else(|| Error::AsNgx(r#"bad "zone" argument"#.into()))?;
     let p: *const Named = Arc::as_ptr(&handle.named);
     // SAFETY: `p` points into the `Arc` held by the userdata at stack slot 1 of the running C
     // function. Lua keeps that argument alive until the function returns, and only `__gc` (which
@@ -101,11 +101,26 @@ fn this<'a>(st: State, method: &str) -> Result<&'a Named, Error> {
 /// Stack slots of a method call's arguments, `self` included (`incr` and `set` take the most).
 const ARGS: c_int = 5;
 
-/// The key at `idx`: a string, or a number turned into its string (as ngx does); at most
-/// [`dict::MAX_KEY`] bytes, not empty. A number is converted in a copy pushed on the stack, which
-/// then holds the bytes for the rest of the call.
-fn key<'a>(st: State, idx: c_int, method: &str) -> Result<&'a [u8], Error> {
+/// An error ngx returns as `nil, err` for bad input, in its words.
+type Refusal = &'static str;
+
+/// How a key that is neither a string nor a number is taken: resty.core's methods turn it into a
+/// string with `tostring` (`true` is the key "true"); ngx_lua's list methods refuse it
+/// (`luaL_checklstring`), and so do these, with a `vmpool:` error.
+#[derive(Clone, Copy, PartialEq)]
+enum Keys {
+    AnyType,
+    StringOrNumber,
+}
+
+/// The key at slot 2: a string, or a number turned into its string (as ngx does), or with
+/// [`Keys::AnyType`] any value through `tostring`; `Err` with ngx's words for a key it refuses
+/// (nil, empty, over [`dict::MAX_KEY`] bytes). A converted key is a copy pushed on the stack,
+/// which then holds the bytes for the rest of the call.
+fn key<'a>(st: State, method: &str, keys: Keys) -> Result<Result<&'a [u8], Refusal>, Error> {
+    let idx = 2;
     let k = match st.type_of(idx) {
+        TNIL | crate::lua::TNONE => return Ok(Err("nil key")),
         TSTRING => st.string_bytes(idx),
         TNUMBER => {
             if !st.check_stack(4) {
@@ -127,6 +142,14 @@ fn key<'a>(st: State, idx: c_int, method: &str) -> Result<&'a [u8], Error> {
             }
             st.string_bytes(-1)
         }
+        TBOOLEAN if keys == Keys::AnyType => {
+            if st.to_boolean(idx) {
+                b"true".as_slice()
+            } else {
+                b"false".as_slice()
+            }
+        }
+        _ if keys == Keys::AnyType => tostring_key(st, idx, method)?,
         t => {
             return Err(bad(
                 idx - 1,
@@ -139,20 +162,53 @@ fn key<'a>(st: State, idx: c_int, method: &str) -> Result<&'a [u8], Error> {
         }
     };
     if k.is_empty() {
-        return Err(bad(idx - 1, method, "the key is an empty string".into()));
+        return Ok(Err("empty key"));
     }
     if k.len() > dict::MAX_KEY {
+        return Ok(Err("key too long"));
+    }
+    Ok(Ok(k))
+}
+
+/// The key at `idx` (a table, a function, ...) as the global `tostring` turns it into a string,
+/// `__tostring` included, left on top of the stack.
+fn tostring_key<'a>(st: State, idx: c_int, method: &str) -> Result<&'a [u8], Error> {
+    if !st.check_stack(4) {
+        return Err(Error::no_stack("a shared dictionary's arguments"));
+    }
+    let doing = || format!("converting the key of dict:{method}() with tostring");
+    st.push_value(idx);
+    protected(st, 1, doing, &mut |st| {
+        st.push_globals();
+        st.raw_get_str(-1, "tostring");
+        st.remove(-2);
+        st.push_value(1);
+        // SAFETY: inside the protected call, where a Lua error (tostring missing or a raising
+        // `__tostring`) is caught; the function and its argument are on top of the stack.
+        unsafe { ffi::lua_call(st.as_ptr(), 1, 1) };
+        1
+    })?;
+    if st.type_of(-1) != TSTRING {
         return Err(bad(
             idx - 1,
             method,
             format!(
-                "the key is {} bytes long; keys are at most {} bytes",
-                k.len(),
-                dict::MAX_KEY
+                "tostring turned the key into a {}, not a string",
+                st.type_name(-1)
             ),
         ));
     }
-    Ok(k)
+    Ok(st.string_bytes(-1))
+}
+
+/// The key at slot 2 of a method call, or an early return of ngx's `nil, err` for one it refuses.
+macro_rules! key_or_refuse {
+    ($st:expr, $method:expr, $keys:expr) => {
+        match key($st, $method, $keys)? {
+            Ok(k) => k,
+            Err(refusal) => return nil_err($st, $method, refusal),
+        }
+    };
 }
 
 fn number_at(st: State, idx: c_int) -> Number {
@@ -177,30 +233,19 @@ fn stored_number(st: State, idx: c_int, method: &str) -> Result<Number, Error> {
     Ok(n)
 }
 
-/// A value to store: nil (`None`), a boolean, a number or a string.
-fn value(st: State, idx: c_int, method: &str) -> Result<Option<Scalar>, Error> {
-    Ok(Some(match st.type_of(idx) {
-        TNIL | crate::lua::TNONE => return Ok(None),
+/// A value to store: nil (`None`), a boolean, a number or a string; any other type is ngx's
+/// `"bad value type"`.
+fn value(st: State, idx: c_int, method: &str) -> Result<Result<Option<Scalar>, Refusal>, Error> {
+    Ok(Ok(Some(match st.type_of(idx) {
+        TNIL | crate::lua::TNONE => return Ok(Ok(None)),
         TBOOLEAN => Scalar::Bool(st.to_boolean(idx)),
         TNUMBER => Scalar::Num(stored_number(st, idx, method)?),
         TSTRING => Scalar::Str(copy(st.string_bytes(idx), method)?),
-        t => {
-            let hint = if t == TTABLE {
-                "; serialize tables first, e.g. with cjson.encode"
-            } else {
-                ""
-            };
-            return Err(bad(
-                idx - 1,
-                method,
-                format!(
-                    "a {} cannot be stored in a shared dictionary (store nil, a boolean, a number or a string{hint})",
-                    crate::lua::type_name(t)
-                ),
-            ));
-        }
-    }))
+        _ => return Ok(Err(BAD_VALUE_TYPE)),
+    })))
 }
+
+const BAD_VALUE_TYPE: Refusal = "bad value type";
 
 /// A copy of a value's bytes for the dictionary, or a `vmpool:` error if the system refuses the
 /// memory (a value may be as large as the dictionary's capacity).
@@ -643,8 +688,8 @@ thread_local! {
 }
 
 fn get_common(st: State, method: &str, stale: bool) -> Result<c_int, Error> {
-    let d = this(st, method)?;
-    let k = key(st, 2, method)?;
+    let d = this(st)?;
+    let k = key_or_refuse!(st, method, Keys::AnyType);
     let mut bytes = GET_BUFFER.with(|b| b.take());
     let found = d.dict.get_into(k, stale, &mut bytes);
     let result = answer_found(st, method, stale, found, &bytes);
@@ -722,21 +767,21 @@ fn get_stale_impl(st: State) -> Result<c_int, Error> {
 }
 
 fn store_common(st: State, method: &str, mode: Mode, safe: bool) -> Result<c_int, Error> {
-    let d = this(st, method)?;
-    let k = key(st, 2, method)?;
-    // a string is copied only if it cannot overwrite the stored one in place (below)
+    let d = this(st)?;
+    // resty.core's order: the exptime, then the key, then the value
+    let exptime = exptime_arg(st, 4, method)?;
+    let k = key_or_refuse!(st, method, Keys::AnyType);
+    // a string is copied only if it cannot overwrite the stored one in place (below); nil for
+    // add or replace is no mistake for ngx: the dictionary's store answers `false, "attempt to
+    // add or replace nil values", false`
     let is_string = st.type_of(3) == TSTRING;
     let v = if is_string {
         None
     } else {
-        value(st, 3, method)?
-    };
-    // nil for add or replace is no mistake for ngx: it answers `false, "attempt to add or
-    // replace nil values", false` (the dictionary's store does), after checking the exptime
-    let exptime = if not_given(st, 4) {
-        0
-    } else {
-        ttl_arg(st, 4, method, "exptime", false, false)?
+        match value(st, 3, method)? {
+            Ok(v) => v,
+            Err(refusal) => return nil_err(st, method, refusal),
+        }
     };
     let flags = if not_given(st, 5) {
         0
@@ -751,6 +796,18 @@ fn store_common(st: State, method: &str, mode: Mode, safe: bool) -> Result<c_int
         return stored(st, method, r);
     }
     stored(st, method, d.dict.store(mode, safe, k, v, exptime, flags))
+}
+
+/// The optional exptime of `set` & co. at `idx`: a negative number raises resty.core's
+/// `bad "exptime" argument`; NaN and other types a `vmpool:` error ([`ttl_arg`]).
+fn exptime_arg(st: State, idx: c_int, method: &str) -> Result<u64, Error> {
+    if not_given(st, idx) {
+        return Ok(0);
+    }
+    if st.type_of(idx) == TNUMBER && st.to_number(idx) < 0.0 {
+        return Err(Error::AsNgx(r#"bad "exptime" argument"#.into()));
+    }
+    ttl_arg(st, idx, method, "exptime", false, false)
 }
 
 crate::lua_function!(fn set => set_impl);
@@ -782,8 +839,8 @@ fn replace_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(fn delete => delete_impl);
 /// `dict:delete(key)` → `true, nil, false`.
 fn delete_impl(st: State) -> Result<c_int, Error> {
-    let d = this(st, "delete")?;
-    let k = key(st, 2, "delete")?;
+    let d = this(st)?;
+    let k = key_or_refuse!(st, "delete", Keys::AnyType);
     stored(st, "delete", d.dict.store(Mode::Set, false, k, None, 0, 0))
 }
 
@@ -791,23 +848,43 @@ crate::lua_function!(fn incr => incr_impl);
 /// `dict:incr(key, value, init?, init_ttl?)` → `new` (or `new, nil, forcible` with `init`) |
 /// `nil, err`.
 fn incr_impl(st: State) -> Result<c_int, Error> {
-    let d = this(st, "incr")?;
-    let k = key(st, 2, "incr")?;
+    let d = this(st)?;
+    let k = key_or_refuse!(st, "incr", Keys::AnyType);
     let delta = number_arg(st, 3, "incr", "value")?;
     let has_init = !not_given(st, 4);
     let init = if has_init {
+        // SAFETY: `lua_isnumber` only inspects the slot.
+        if unsafe { ffi::lua_isnumber(st.as_ptr(), 4) } == 0 {
+            return Err(Error::AsNgx(format!(
+                "bad init arg: number expected, got {}",
+                st.type_name(4)
+            )));
+        }
         Some(number_arg(st, 4, "incr", "init")?)
     } else {
         None
     };
-    let init_ttl = ttl_arg(st, 5, "incr", "init_ttl", false, true)?;
-    if !has_init && !matches!(st.type_of(5), TNIL | crate::lua::TNONE) {
-        return Err(bad(
-            4,
-            "incr",
-            "'init_ttl' needs 'init' (the TTL applies only to the entry init creates)".into(),
-        ));
-    }
+    let init_ttl = match st.type_of(5) {
+        TNIL | crate::lua::TNONE => 0,
+        t => {
+            // SAFETY: `lua_isnumber` only inspects the slot.
+            if unsafe { ffi::lua_isnumber(st.as_ptr(), 5) } == 0 {
+                return Err(Error::AsNgx(format!(
+                    "bad init_ttl arg: number expected, got {}",
+                    crate::lua::type_name(t)
+                )));
+            }
+            if st.to_number(5) < 0.0 {
+                return Err(Error::AsNgx(r#"bad "init_ttl" argument"#.into()));
+            }
+            if !has_init {
+                return Err(Error::AsNgx(
+                    r#"must provide "init" when providing "init_ttl""#.into(),
+                ));
+            }
+            ttl_arg(st, 5, "incr", "init_ttl", false, true)?
+        }
+    };
     match d.dict.incr(k, delta, init.map(|i| (i, init_ttl))) {
         Ok((n, w)) => {
             ensure_stack(st, 3)?;
@@ -841,21 +918,12 @@ fn show_number(n: Number) -> String {
 }
 
 fn push_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
-    let d = this(st, method)?;
-    let k = key(st, 2, method)?;
+    let d = this(st)?;
+    let k = key_or_refuse!(st, method, Keys::StringOrNumber);
     let item = match st.type_of(3) {
         TNUMBER => Item::Num(stored_number(st, 3, method)?),
         TSTRING => Item::Str(copy(st.string_bytes(3), method)?),
-        t => {
-            return Err(bad(
-                2,
-                method,
-                format!(
-                    "only numbers and strings can be pushed to a list (got {})",
-                    crate::lua::type_name(t)
-                ),
-            ))
-        }
+        _ => return nil_err(st, method, BAD_VALUE_TYPE),
     };
     match d.dict.push(k, item, front) {
         Ok(n) => {
@@ -879,8 +947,8 @@ fn rpush_impl(st: State) -> Result<c_int, Error> {
 }
 
 fn pop_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
-    let d = this(st, method)?;
-    let k = key(st, 2, method)?;
+    let d = this(st)?;
+    let k = key_or_refuse!(st, method, Keys::StringOrNumber);
     match d.dict.pop(k, front) {
         Ok(item) => {
             ensure_stack(st, 1)?;
@@ -914,8 +982,8 @@ fn rpop_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(fn llen => llen_impl);
 /// `dict:llen(key)` → length (0 if missing) | `nil, "value not a list"`.
 fn llen_impl(st: State) -> Result<c_int, Error> {
-    let d = this(st, "llen")?;
-    let k = key(st, 2, "llen")?;
+    let d = this(st)?;
+    let k = key_or_refuse!(st, "llen", Keys::StringOrNumber);
     match d.dict.llen(k) {
         Ok(n) => {
             ensure_stack(st, 1)?;
@@ -929,8 +997,8 @@ fn llen_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(fn ttl => ttl_impl);
 /// `dict:ttl(key)` → seconds left (0 = no expiry) | `nil, "not found"`.
 fn ttl_impl(st: State) -> Result<c_int, Error> {
-    let d = this(st, "ttl")?;
-    let k = key(st, 2, "ttl")?;
+    let d = this(st)?;
+    let k = key_or_refuse!(st, "ttl", Keys::AnyType);
     match d.dict.ttl(k) {
         Some(0) => {
             st.push_integer(0);
@@ -948,8 +1016,11 @@ fn ttl_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(fn expire => expire_impl);
 /// `dict:expire(key, exptime)` → `true` | `nil, "not found"`.
 fn expire_impl(st: State) -> Result<c_int, Error> {
-    let d = this(st, "expire")?;
-    let k = key(st, 2, "expire")?;
+    let d = this(st)?;
+    if not_given(st, 3) {
+        return Err(Error::AsNgx(r#"bad "exptime" argument"#.into()));
+    }
+    let k = key_or_refuse!(st, "expire", Keys::AnyType);
     let t = ttl_arg(st, 3, "expire", "exptime", true, true)?;
     if d.dict.expire(k, t) {
         ensure_stack(st, 1)?;
@@ -963,14 +1034,14 @@ fn expire_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(fn flush_all => flush_all_impl);
 /// `dict:flush_all()` → nothing.
 fn flush_all_impl(st: State) -> Result<c_int, Error> {
-    this(st, "flush_all")?.dict.flush_all();
+    this(st)?.dict.flush_all();
     Ok(0)
 }
 
 crate::lua_function!(fn flush_expired => flush_expired_impl);
 /// `dict:flush_expired(max_count?)` → how many were removed.
 fn flush_expired_impl(st: State) -> Result<c_int, Error> {
-    let d = this(st, "flush_expired")?;
+    let d = this(st)?;
     let max = uint_arg(st, 2, "flush_expired", "max_count", 0, u32::MAX as u64)?;
     let n = d.dict.flush_expired(max as usize);
     ensure_stack(st, 1)?;
@@ -981,7 +1052,7 @@ fn flush_expired_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(fn get_keys => get_keys_impl);
 /// `dict:get_keys(max_count?)` → array of keys (default at most 1024; 0 = all).
 fn get_keys_impl(st: State) -> Result<c_int, Error> {
-    let d = this(st, "get_keys")?;
+    let d = this(st)?;
     let max = uint_arg(st, 2, "get_keys", "max_count", 1024, u32::MAX as u64)?;
     let keys = d.dict.keys(max as usize);
     ensure_stack(st, 3)?;
@@ -998,7 +1069,7 @@ fn get_keys_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(fn capacity => capacity_impl);
 /// `dict:capacity()` → bytes.
 fn capacity_impl(st: State) -> Result<c_int, Error> {
-    let c = this(st, "capacity")?.dict.capacity();
+    let c = this(st)?.dict.capacity();
     st.push_integer(c as i64);
     Ok(1)
 }
@@ -1006,7 +1077,7 @@ fn capacity_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(fn free_space => free_space_impl);
 /// `dict:free_space()` → bytes not taken by entries.
 fn free_space_impl(st: State) -> Result<c_int, Error> {
-    let f = this(st, "free_space")?.dict.free_space();
+    let f = this(st)?.dict.free_space();
     st.push_integer(f as i64);
     Ok(1)
 }
@@ -1015,7 +1086,7 @@ crate::lua_function!(fn advance => advance_impl);
 /// `dict:_advance(seconds)`: moves the dictionary's clock forward, for tests of TTLs that must
 /// not wait (the dictionary is shared: every user sees the jump).
 fn advance_impl(st: State) -> Result<c_int, Error> {
-    let d = this(st, "_advance")?;
+    let d = this(st)?;
     let t = ttl_arg(st, 2, "_advance", "seconds", true, false)?;
     d.dict.advance(t as f64 / 1e9);
     Ok(0)
