@@ -10,6 +10,8 @@
 --   run1000    pool:co_invoke from 1,000 coroutines under vmpool.run (default pool)
 --   luv        the same under vmpool.luv (vmpool.luv.spawn, uv.run())
 --   cqueues    the same under vmpool.cqueues (cq:wrap, cq:loop())
+--   dict_get   dict:get(key) of a short string over 1,000 keys of a vmpool.shared dictionary
+--   dict_set   dict:set(key, value) of a short string over the same keys
 --
 -- Usage: lua bench/cg.lua --kind=invoke --n=2000
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
@@ -103,6 +105,26 @@ elseif kind == "run1000" or kind == "luv" or kind == "cqueues" then
       local cq = cqueues.new()
       for _ = 1, IN_FLIGHT do cq:wrap(body, per) end
       assert(cq:loop())
+    end
+  end
+elseif kind == "dict_get" or kind == "dict_set" then
+  local dict = vmpool.shared("cg", { capacity = "4m" })
+  local keys, values = {}, {}
+  for i = 1, 1000 do
+    keys[i], values[i] = "key-" .. i, "value-" .. i
+    dict:set(keys[i], values[i])
+  end
+  if kind == "dict_get" then
+    run = function(count)
+      for i = 1, count do
+        if dict:get(keys[i % 1000 + 1]) == nil then error("wrong result") end
+      end
+    end
+  else
+    run = function(count)
+      for i = 1, count do
+        if not dict:set(keys[i % 1000 + 1], values[(i + 7) % 1000 + 1]) then error("wrong result") end
+      end
     end
   end
 else

@@ -255,6 +255,18 @@ cases.NoDescriptor = function()
   end)
 end
 
+cases.AsNgx = function()
+  -- ngx.shared.DICT's own words, unprefixed, where resty.core raises (README, vmpool.shared)
+  local d = vmpool.shared("messages-as-ngx")
+  assert.are.equal('bad "zone" argument', err_of(d.get, "k"))
+  assert.are.equal('bad "exptime" argument', err_of(d.set, d, "k", 1, -1))
+  assert.are.equal('bad "exptime" argument', err_of(d.expire, d, "k"))
+  assert.are.equal("bad init arg: number expected, got table", err_of(d.incr, d, "k", 1, {}))
+  assert.are.equal("bad init_ttl arg: number expected, got boolean", err_of(d.incr, d, "k", 1, 0, true))
+  assert.are.equal('bad "init_ttl" argument', err_of(d.incr, d, "k", 1, 0, -1))
+  assert.are.equal('must provide "init" when providing "init_ttl"', err_of(d.incr, d, "k", 1, nil, 1))
+end
+
 cases.Load = function()
   local Sub = require "spec.support.subprocess"
   -- a fresh interpreter that finds vmpool but no luv, and one whose vmpool cannot load

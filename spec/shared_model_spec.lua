@@ -281,7 +281,20 @@ describe("vmpool.shared against a model", function()
     end
   end)
 
-  it("answers or raises a vmpool: error for any argument to any method", function()
+  -- where resty.core raises, the words are its own (README, vmpool.shared)
+  local NGX_WORDS = {
+    '^bad "zone" argument$', '^bad "exptime" argument$', '^bad "init_ttl" argument$',
+    '^must provide "init" when providing "init_ttl"$', "^bad init arg: number expected, got %a+$",
+    "^bad init_ttl arg: number expected, got %a+$",
+  }
+  local function ngx_words(err)
+    for _, pattern in ipairs(NGX_WORDS) do
+      if err:find(pattern) then return true end
+    end
+    return false
+  end
+
+  it("answers, or raises a vmpool: error or resty.core's words, for any argument to any method", function()
     local d = vmpool.shared("model-bad", { capacity = "64k" })
     local weird = {
       nil, true, false, 0, -1, 0.5, 0 / 0, 1 / 0, -1 / 0, 2 ^ 32, 2 ^ 63, -0.0, "", "k", "12", "nan",
@@ -305,7 +318,7 @@ describe("vmpool.shared against a model", function()
       else
         raised = raised + 1
         assert.is_string(err)
-        assert.matches("^vmpool: ", err)
+        assert.is_true(err:find("^vmpool: ") ~= nil or ngx_words(err), err)
       end
     end
     assert.is_true(answered > 1000 and raised > 1000)

@@ -37,6 +37,20 @@ describe("vmpool.shared", function()
       assert.is_false(rawequal(a, vmpool.shared("spec-identity-other")))
     end)
 
+    it("is a table holding its zone in slot 1, as ngx.shared.DICT is, with a hidden metatable", function()
+      local d = vmpool.shared("spec-type")
+      assert.are.equal("table", type(d))
+      assert.are.equal("userdata", type(rawget(d, 1)))
+      assert.is_false(getmetatable(d))
+      assert.matches("^vmpool.shared 'spec%-type' %(capacity %d+, free %d+%)$", tostring(d))
+      -- as resty.core's methods, these take any table whose slot 1 is the zone
+      assert.is_true((d.set({ rawget(d, 1) }, "k", "v")))
+      assert.are.equal("v", d:get("k"))
+      assert.are.equal('bad "zone" argument', err_of(d.get, { 1 }, "k"))
+      assert.are.equal('bad "zone" argument', err_of(d.get, {}, "k"))
+      assert.are.equal('bad "zone" argument', err_of(d.get, rawget(d, 1), "k"))
+    end)
+
     it("hands a pool state its own handle of the same dictionary, the same value on each call", function()
       local pool = vmpool.new { core = 1 }
       pool:compile("same", [[

@@ -13,8 +13,10 @@
 //! `expire` times, flags out of range, strings as TTLs) raises a `vmpool:` error that says what
 //! was wrong.
 //!
-//! A dictionary handle is a full userdata holding an `Arc` of the dictionary; its metatable is
-//! kept in the registry of each state that uses one (the host and any pool state).
+//! A dictionary handle is a table, as `ngx.shared.DICT` is (`type(dict) == "table"`), whose
+//! slot 1 is a full userdata holding an `Arc` of the dictionary; the methods find the userdata
+//! there, as resty.core finds its zone. Both metatables are kept in the registry of each state
+//! that uses one (the host and any pool state).
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -44,8 +46,10 @@ impl Tagged for SharedHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0005;
 }
 
-/// The registry field that holds the metatable of dictionary handles in each state.
+/// The registry field that holds the metatable of dictionary handles (the tables) in each state.
 const META_KEY: &str = "vmpool.shared.dict";
+/// The registry field that holds the metatable of the userdata in a handle's slot 1.
+const ZONE_META_KEY: &str = "vmpool.shared.zone";
 
 type Methods = &'static [(&'static str, ffi::lua_CFunction)];
 
@@ -78,23 +82,28 @@ fn bad(position: c_int, method: &str, what: String) -> Error {
     Error::BadArgument(format!("bad argument #{position} to '{method}': {what}"))
 }
 
-/// The dictionary `self` of a method call (stack slot 1); anything else (a method called with
-/// `.` instead of `:`) raises ngx's `bad "zone" argument`.
+/// The dictionary `self` of a method call (stack slot 1, a handle table); anything else (a method
+/// called with `.` instead of `:`) raises ngx's `bad "zone" argument`. Fixes the arguments' slots
+/// (missing ones become nil, extra ones go) and pushes the handle's userdata above them: a key
+/// converted later is pushed above that, so it lands in no argument's slot.
+#[inline(always)]
 fn this<'a>(st: State) -> Result<&'a Named, Error> {
-    let handle = userdata::get::<SharedHandle>(st, 1)
+    if st.type_of(1) != TTABLE {
+        return Err(Error::AsNgx(r#"bad "zone" argument"#.into()));
+    }
+    st.set_top(ARGS);
+    st.raw_geti(1, 1);
+    let handle = userdata::get::<SharedHandle>(st, ARGS + 1)
         .and_then(|b| b.get())
         .ok_or_else(|| Error::AsNgx(r#"bad "zone" argument"#.into()))?;
     let p: *const Named = Arc::as_ptr(&handle.named);
-    // SAFETY: `p` points into the `Arc` held by the userdata at stack slot 1 of the running C
-    // function. Lua keeps that argument alive until the function returns, and only `__gc` (which
-    // cannot run on a value that is on the stack) drops the `Arc`; so the `Named` outlives every
-    // use of the reference, which the callers confine to the call. (No `Arc` clone: a Lua error
-    // that skips Rust destructors would leak its count.)
+    // SAFETY: `p` points into the `Arc` held by the userdata at stack slot ARGS + 1 of the running
+    // C function, which stays there until the function returns (the methods only push above it);
+    // only `__gc` (which cannot run on a value that is on the stack) drops the `Arc`; so the
+    // `Named` outlives every use of the reference, which the callers confine to the call. (No
+    // `Arc` clone: a Lua error that skips Rust destructors would leak its count.)
     let named: &'a Named = unsafe { &*p };
     named.check_process()?;
-    // Fix the arguments' slots (missing ones become nil, extra ones go): the key of a number is
-    // converted in a copy pushed above them, which must not land in an argument's slot.
-    st.set_top(ARGS);
     Ok(named)
 }
 
@@ -117,7 +126,20 @@ enum Keys {
 /// [`Keys::AnyType`] any value through `tostring`; `Err` with ngx's words for a key it refuses
 /// (nil, empty, over [`dict::MAX_KEY`] bytes). A converted key is a copy pushed on the stack,
 /// which then holds the bytes for the rest of the call.
+#[inline(always)]
 fn key<'a>(st: State, method: &str, keys: Keys) -> Result<Result<&'a [u8], Refusal>, Error> {
+    if st.type_of(2) == TSTRING {
+        let k = st.string_bytes(2);
+        if !k.is_empty() && k.len() <= dict::MAX_KEY {
+            return Ok(Ok(k));
+        }
+    }
+    other_key(st, method, keys)
+}
+
+/// [`key`] for every key but a string of an allowed length.
+#[inline(never)]
+fn other_key<'a>(st: State, method: &str, keys: Keys) -> Result<Result<&'a [u8], Refusal>, Error> {
     let idx = 2;
     let k = match st.type_of(idx) {
         TNIL | crate::lua::TNONE => return Ok(Err("nil key")),
@@ -492,7 +514,7 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
             1
         },
     )?;
-    if let Some(cached) = userdata::get::<SharedHandle>(st, -1).and_then(|b| b.get()) {
+    if let Some(cached) = handle_of(st, -1) {
         if Arc::ptr_eq(&cached.named, &named) {
             return Ok(1);
         }
@@ -505,27 +527,62 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
         1,
         || "creating a shared dictionary handle".into(),
         &mut |st| {
-            push_metatable(st, 1);
-            1
+            push_metatable(st, 1, ZONE_META_KEY);
+            push_metatable(st, 1, META_KEY);
+            2
         },
     )?;
     let mt = st.top();
-    userdata::push(st, SharedHandle { named }, mt)?;
+    userdata::push(st, SharedHandle { named }, mt - 1)?;
     st.push_value(1);
-    st.push_value(-2);
+    st.push_value(mt);
+    st.push_value(-3);
     protected(
         st,
-        2,
+        3,
         || "keeping the state's shared dictionary handle".into(),
         &mut |st| {
+            // the handle: { zone } with the handle metatable, kept under its name
+            st.create_table(1, METHODS.len() as c_int);
+            st.push_value(3);
+            st.raw_seti(-2, 1);
+            // the methods as the handle's own fields too: `dict:get` then finds them at the
+            // first lookup, without the metatable's __index
+            st.push_value(2);
+            st.raw_get_str(-1, "__index");
+            st.remove(-2);
+            st.push_nil();
+            while st.next(-2) {
+                st.push_value(-2);
+                st.insert(-2);
+                st.raw_set(-5);
+            }
+            st.pop(1);
+            st.push_value(2);
+            st.set_metatable(-2);
             push_handles(st);
             st.push_value(1);
-            st.push_value(2);
+            st.push_value(-3);
             st.raw_set(-3);
-            0
+            st.pop(1);
+            1
         },
     )?;
     Ok(1)
+}
+
+/// The dictionary of the handle table at `idx`, if it is one (its slot 1 holds a live handle
+/// userdata).
+fn handle_of<'a>(st: State, idx: c_int) -> Option<&'a SharedHandle> {
+    if st.type_of(idx) != TTABLE || !st.check_stack(1) {
+        return None;
+    }
+    st.raw_geti(idx, 1);
+    // the reference outlives the pop: the table still holds the userdata, and the callers run no
+    // Lua code that could change its slot 1 while they use it
+    let handle = userdata::get::<SharedHandle>(st, -1).and_then(|b| b.get());
+    st.pop(1);
+    handle.map(|h| &*h)
 }
 
 /// The registry field of each state's table of dictionary handles, name -> handle.
@@ -614,29 +671,33 @@ fn options(st: State, idx: c_int) -> Result<Options, Error> {
     Ok(opts)
 }
 
-/// Pushes this state's metatable for dictionary handles, creating it on first use. Allocates:
-/// runs inside a protected call, with the runner of protected calls at `runner`.
-fn push_metatable(st: State, runner: c_int) {
+/// Pushes this state's metatable `key` ([`META_KEY`] for the handle tables, [`ZONE_META_KEY`] for
+/// their userdata), creating it on first use. Allocates: runs inside a protected call, with the
+/// runner of protected calls at `runner`.
+fn push_metatable(st: State, runner: c_int, key: &str) {
     st.push_registry();
-    if st.raw_get_str(-1, META_KEY) == TTABLE {
+    if st.raw_get_str(-1, key) == TTABLE {
         st.remove(-2);
         return;
     }
     st.pop(1);
     st.create_table(0, 5);
-    st.create_table(0, METHODS.len() as c_int);
-    for &(name, f) in METHODS {
-        set_method(st, runner, name, f);
+    if key == META_KEY {
+        st.create_table(0, METHODS.len() as c_int);
+        for &(name, f) in METHODS {
+            set_method(st, runner, name, f);
+        }
+        st.raw_set_str(-2, "__index");
+        set_method(st, runner, "__tostring", TOSTRING);
+        st.push_str("vmpool.shared");
+        st.raw_set_str(-2, "__name");
+    } else {
+        set_method(st, runner, "__gc", GC);
     }
-    st.raw_set_str(-2, "__index");
-    set_method(st, runner, "__gc", GC);
-    set_method(st, runner, "__tostring", TOSTRING);
-    st.push_str("vmpool.shared");
-    st.raw_set_str(-2, "__name");
     st.push_bool(false);
     st.raw_set_str(-2, "__metatable");
     st.push_value(-1);
-    st.raw_set_str(-3, META_KEY);
+    st.raw_set_str(-3, key);
     st.remove(-2);
 }
 
@@ -662,7 +723,7 @@ fn gc_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(fn TOSTRING => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
-    let text = match userdata::get::<SharedHandle>(st, 1).and_then(|b| b.get()) {
+    let text = match handle_of(st, 1) {
         Some(h) if h.named.check_process().is_err() => format!(
             "vmpool.shared '{}' (created in another process)",
             h.named.name

@@ -6,8 +6,9 @@
 -- Each FFI method handles the common case (a handle of this module, a string key, a value and
 -- options of the right types) and hands anything else to the method's C function, unchanged:
 -- the C functions keep every error message and every rare case (lists, fork, refused memory).
--- Handles are recognised by a weak set of the ones vmpool.shared returned, so a value of any
--- other type never reaches the C side as a pointer.
+-- Handles are recognised by a weak table of the ones vmpool.shared returned, which maps each
+-- handle (a table, as ngx.shared.DICT is) to the userdata in its slot 1, so a value of any other
+-- type never reaches the C side as a pointer.
 
 local native = ...
 
@@ -34,7 +35,7 @@ if not loaded then
   return nil, tostring(C)
 end
 
-local type, setmetatable = type, setmetatable
+local type, setmetatable, rawget, rawset, pairs = type, setmetatable, rawget, rawset, pairs
 local ffi_string, ffi_new = ffi.string, ffi.new
 
 -- the codes of dict_ffi.rs
@@ -42,7 +43,7 @@ local MISSING, FALSE, TRUE, NUMBER, STRING, STRING_TOO_LONG = 0, 1, 2, 3, 4, 5
 local VALUE_NIL, VALUE_FALSE, VALUE_TRUE, VALUE_NUMBER, VALUE_STRING = 0, 1, 2, 3, 4
 local SET, ADD, REPLACE = 0, 1, 2
 
-local known = setmetatable({}, { __mode = "k" }) -- handles vmpool.shared returned
+local known = setmetatable({}, { __mode = "k" }) -- handle -> its userdata, for each vmpool.shared returned
 
 -- What a call writes into: its out-structures and a buffer for strings up to BUFFER_SIZE bytes
 -- (longer ones come back through one of their own). A call takes the spare scratch and puts it
@@ -68,24 +69,23 @@ local function take()
   return new_scratch()
 end
 
-local patched = false
-
 local function patch(methods)
   local c_get, c_get_stale = methods.get, methods.get_stale
 
   -- get and get_stale: value[, flags] and value, flags|nil, stale
   local function getter(c_method, stale)
     return function(self, key)
-      if known[self] == nil or type(key) ~= "string" then
+      local ud = known[self]
+      if ud == nil or type(key) ~= "string" then
         return c_method(self, key)
       end
       local sc = take()
       local out, buf, cap = sc.value, sc.buf, BUFFER_SIZE
-      local code = C.vmpool_dict_get(self, key, #key, stale, buf, cap, out)
+      local code = C.vmpool_dict_get(ud, key, #key, stale, buf, cap, out)
       while code == STRING_TOO_LONG do -- again with a buffer of its size (the value may change)
         cap = out.len
         buf = ffi_new("char[?]", cap)
-        code = C.vmpool_dict_get(self, key, #key, stale, buf, cap, out)
+        code = C.vmpool_dict_get(ud, key, #key, stale, buf, cap, out)
       end
       local flags, is_stale = out.flags, out.stale ~= 0
       local v
@@ -120,7 +120,8 @@ local function patch(methods)
   -- the writes: true, nil, forcible | false, err, forcible (delete: a set of nil)
   local function writer(c_method, mode, safe)
     return function(self, key, value, exptime, flags)
-      if known[self] == nil or type(key) ~= "string" then
+      local ud = known[self]
+      if ud == nil or type(key) ~= "string" then
         return c_method(self, key, value, exptime, flags)
       end
       local tv, vtype, num, s, slen = type(value), VALUE_NIL, 0, nil, 0
@@ -147,7 +148,7 @@ local function patch(methods)
       end
       local sc = take()
       local out = sc.store
-      local code = C.vmpool_dict_store(self, mode, safe, key, #key, vtype, num, s, slen, exptime, flags, out)
+      local code = C.vmpool_dict_store(ud, mode, safe, key, #key, vtype, num, s, slen, exptime, flags, out)
       local evicted = out.forcible ~= 0
       if code == 1 then
         spare = sc
@@ -170,11 +171,12 @@ local function patch(methods)
   methods.replace = writer(methods.replace, REPLACE, 0)
   local c_delete = methods.delete
   methods.delete = function(self, key)
-    if known[self] == nil or type(key) ~= "string" then
+    local ud = known[self]
+    if ud == nil or type(key) ~= "string" then
       return c_delete(self, key)
     end
     local sc = take()
-    local code = C.vmpool_dict_store(self, SET, 0, key, #key, VALUE_NIL, 0, nil, 0, 0, 0, sc.store)
+    local code = C.vmpool_dict_store(ud, SET, 0, key, #key, VALUE_NIL, 0, nil, 0, 0, 0, sc.store)
     spare = sc
     if code == 1 then
       return true, nil, false
@@ -184,12 +186,19 @@ local function patch(methods)
 end
 
 -- vmpool.shared passes each handle it returns through this.
+local methods
 return function(handle)
-  known[handle] = true
-  if not patched then
-    patched = true
-    -- the metatable is hidden from getmetatable (__metatable = false)
-    patch(debug.getmetatable(handle).__index)
+  if known[handle] == nil then
+    known[handle] = rawget(handle, 1)
+    if not methods then
+      -- the metatable is hidden from getmetatable (__metatable = false)
+      methods = debug.getmetatable(handle).__index
+      patch(methods)
+    end
+    -- the handle carries the methods as its own fields too (dict_api.rs): the FFI ones
+    for name, f in pairs(methods) do
+      rawset(handle, name, f)
+    end
   end
   return handle
 end
