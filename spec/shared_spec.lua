@@ -83,14 +83,14 @@ describe("vmpool.shared", function()
       assert.matches("^vmpool: unknown option 'size' to vmpool.shared", err_of(vmpool.shared, "x1", { size = 1 }))
       assert.matches("^vmpool: option 'capacity' to vmpool.shared must be a size",
         err_of(vmpool.shared, "x2", { capacity = "lots" }))
-      assert.matches("^vmpool: option 'capacity' to vmpool.shared must be at least 1024 bytes",
+      assert.matches("^vmpool: option 'capacity' to vmpool.shared must be at least 8192 bytes, as lua_shared_dict's",
         err_of(vmpool.shared, "x3", { capacity = 10 }))
       assert.matches("^vmpool: option 'shards' to vmpool.shared must be an integer from 1 to 256",
         err_of(vmpool.shared, "x4", { shards = 0.5 }))
     end)
 
     it("says which option value was refused, and what is allowed", function()
-      assert.matches("^vmpool: option 'capacity' to vmpool.shared must be a size in bytes, at least 1024: "
+      assert.matches("^vmpool: option 'capacity' to vmpool.shared must be a size in bytes, at least 8192: "
         .. "an integer, or a string such as \"512k\" or \"10m\" %(got 2048%.5%)$",
         err_of(vmpool.shared, "x5", { capacity = 2048.5 }))
       assert.matches("%(got \"10x\"%)$", err_of(vmpool.shared, "x6", { capacity = "10x" }))
@@ -101,8 +101,9 @@ describe("vmpool.shared", function()
     end)
 
     it("prints its name, capacity and free space", function()
-      assert.matches("^vmpool.shared 'spec%-print' %(capacity 4096, free 4096%)$",
-        tostring(vmpool.shared("spec-print", { capacity = 4096 })))
+      -- 16 KiB as nginx lays it out: three pages, two of them taken by the zone's own blocks
+      assert.matches("^vmpool.shared 'spec%-print' %(capacity 16384, free 4096%)$",
+        tostring(vmpool.shared("spec-print", { capacity = "16k" })))
     end)
   end)
 
@@ -482,9 +483,10 @@ describe("vmpool.shared", function()
   describe("dict:flush_all(), dict:flush_expired(max_count), dict:get_keys(max_count)", function()
     it("flush_all expires everything; flush_expired frees it", function()
       local d = fresh({ capacity = 65536 })
-      for i = 1, 10 do d:set("k" .. i, i) end
+      local empty = d:free_space()
+      for i = 1, 10 do d:set("k" .. i, ("x"):rep(3000)) end -- a page each
       assert.are.equal(10, #d:get_keys())
-      assert.is_true(d:free_space() < 65536)
+      assert.are.equal(empty - 10 * 4096, d:free_space())
       assert.are.equal(0, select("#", d:flush_all()))
       assert.are.same({}, d:get_keys())
       local stale = 0
@@ -494,7 +496,7 @@ describe("vmpool.shared", function()
       assert.are.equal(7, stale) -- flush_all removed 3 at once, as ngx does
       assert.are.equal(3, d:flush_expired(3))
       assert.are.equal(4, d:flush_expired())
-      assert.are.equal(65536, d:free_space())
+      assert.are.equal(empty, d:free_space())
     end)
 
     it("flush_all removes up to three entries at once, the least recently used, as ngx does", function()
@@ -515,10 +517,11 @@ describe("vmpool.shared", function()
       assert.are.equal(3, d:flush_expired())
       -- with several shards, three in all
       local many = fresh({ shards = 4 })
+      local empty = many:free_space()
       for i = 1, 20 do many:set("k" .. i, i) end
       many:flush_all()
       assert.are.equal(17, many:flush_expired())
-      assert.are.equal(many:capacity(), many:free_space())
+      assert.are.equal(empty, many:free_space())
     end)
 
     it("get_keys returns at most 1024 keys by default, all with 0", function()
@@ -535,7 +538,7 @@ describe("vmpool.shared", function()
 
   describe("capacity and eviction", function()
     it("evicts the least recently used entries when full, and says so", function()
-      local d = fresh({ capacity = 1024, shards = 1 })
+      local d = fresh({ capacity = "100k" })
       local value = string.rep("x", 100)
       local n = 0
       repeat
@@ -554,19 +557,44 @@ describe("vmpool.shared", function()
     end)
 
     it("safe_set and safe_add fail with no memory instead of evicting", function()
-      local d = fresh({ capacity = 1024, shards = 1 })
+      local d = fresh({ capacity = "100k" })
       local value = string.rep("x", 100)
       local n = 0
       while d:safe_set("k" .. n + 1, value) do n = n + 1 end
+      assert.are.equal(352, n) -- as nginx's 100k zone: 22 pages of 16
       assert.are.same({ false, "no memory", false }, { d:safe_set("more", value) })
       assert.are.same({ false, "no memory", false }, { d:safe_add("more", value) })
       for i = 1, n do assert.are.equal(value, d:get("k" .. i)) end
-      assert.are.same({ false, "no memory", false }, { d:set("huge", string.rep("x", 2000)) })
-      assert.are.equal(value, d:get("k1"))
+      -- a refused write has removed the key's old value, as ngx's has
+      assert.are.same({ false, "no memory", false }, { d:safe_set("k1", string.rep("x", 2000)) })
+      assert.is_nil(d:get("k1"))
+    end)
+
+    it("fills as nginx's zone of the same size, and counts free space in whole pages", function()
+      local d = fresh({ capacity = "1m" })
+      assert.are.equal(1048576, d:capacity())
+      assert.are.equal(252 * 4096, d:free_space()) -- 254 pages, two taken by the zone's own blocks
+      local n = 0
+      repeat
+        n = n + 1
+        local ok, _, forcible = d:set("k" .. n, string.rep("x", 1000))
+        assert.is_true(ok)
+      until forcible
+      assert.are.equal(505, n) -- two to a page, as in nginx; the 505th evicts
+      assert.are.equal(0, d:free_space())
+    end)
+
+    it("evicts before it refuses a value larger than the dictionary, and says so, as ngx does", function()
+      local d = fresh({ capacity = "100k" })
+      for i = 1, 50 do d:set("k" .. i, string.rep("x", 100)) end
+      assert.are.same({ false, "no memory", true }, { d:set("k1", string.rep("x", 200 * 1024)) })
+      local left = 0
+      for i = 1, 50 do if d:get("k" .. i) then left = left + 1 end end
+      assert.are.equal(19, left) -- k1 itself, then 30 evicted
     end)
 
     it("evicts nothing for a list push: a full dictionary answers nil, \"no memory\" as ngx does", function()
-      local d = fresh({ capacity = 8192, shards = 1 })
+      local d = fresh({ capacity = "100k", shards = 1 })
       local n = 0
       while d:safe_set("k" .. n + 1, string.rep("v", 1000)) do n = n + 1 end
       for i = 1, 50 do
@@ -582,13 +610,14 @@ describe("vmpool.shared", function()
     end)
 
     it("frees the space of removed entries", function()
-      local d = fresh({ capacity = 4096 })
-      d:set("k", string.rep("x", 1000))
+      local d = fresh({ capacity = "100k" })
+      local empty = d:free_space()
+      d:set("k", string.rep("x", 5000))
       d:rpush("l", string.rep("y", 500))
-      assert.is_true(d:free_space() < 4096 - 1500)
+      assert.are.equal(empty - 3 * 4096, d:free_space()) -- two pages, and one of 1 KiB objects
       d:delete("k")
       d:lpop("l")
-      assert.are.equal(4096, d:free_space())
+      assert.are.equal(empty, d:free_space())
     end)
   end)
 
@@ -668,7 +697,7 @@ describe("vmpool.shared", function()
       -- the same calls in two fresh interpreters, one without the ffi module (the C functions)
       local script = [[
         local vmpool = require "vmpool"
-        local d = vmpool.shared("ffi-vs-c", { capacity = 4096, shards = 1 }) -- one LRU order
+        local d = vmpool.shared("ffi-vs-c", { capacity = "16k", shards = 1 }) -- one LRU order
         local function show(...)
           local t = { n = select("#", ...), ... }
           for i = 1, t.n do
@@ -699,6 +728,11 @@ describe("vmpool.shared", function()
         try("set", "k", 1, 0, -1) try("set", "k", 1, 0, 1.5) try("set", "k", 1, 0, "x")
         try("add", "k", nil) try("replace", "k", nil) try("safe_add", "nk", nil) try("add", "k", nil, -1)
         try("add", "fill40", nil, 5, 1) try("get", "fill40")
+        try("incr", "cnt", 1, 0) try("incr", "cnt", 2.5) try("incr", "cnt", "3") try("incr", "s", 1)
+        try("incr", "none", 1) try("incr", "ttl", 1, 0, 10) show("ttl", d:ttl("ttl") > 9) try("incr", "cnt", 0 / 0)
+        try("incr", "cnt", 1, "x") try("incr", "cnt", 1, nil, 5) try("incr", "cnt", 1, 0, -1)
+        try("incr", 7, 1, 0) try("incr", "cnt", 1 / 0) try("incr", "cnt", -1 / 0)
+        try("flush_all") try("get", "cnt") try("get_stale", "ttl") try("flush_expired")
         show(pcall(d.get, {}, "k")) show(pcall(d.set, 1, "k", 1))
         print(vmpool._dict_ffi)
       ]]

@@ -18,6 +18,10 @@ http {
   lua_shared_dict host_zone 16m;
   lua_shared_dict state_zone 16m;
   lua_shared_dict small_zone 100k;
+  lua_shared_dict fill_12k 12k;
+  lua_shared_dict fill_100k 100k;
+  lua_shared_dict fill_1m 1m;
+  lua_shared_dict fill_a_much_longer_name_of_the_zone_x 100k;
   lua_package_cpath "@CPATH@;;";
   lua_package_path "@SPEC@/?.lua;/usr/share/lua/5.1/?.lua;;";
   init_worker_by_lua_block {
@@ -50,6 +54,18 @@ http {
         want_dict:flush_expired()
         ngx.say("ngx.shared: ", Ops.scenarios[name](want_dict))
         ngx.say("vmpool:     ", Ops.scenarios[name](vmpool.shared("scenario_" .. name, { capacity = "100k" })))
+      }
+    }
+    location = /fill {
+      content_by_lua_block {
+        local Ops = require "shared_ops"
+        local vmpool = require "vmpool"
+        local zone, size = ngx.var.arg_zone, ngx.var.arg_size
+        ngx.say(Ops.fill(ngx.shared[zone]))
+        -- a name as long as the zone's (nginx keeps the zone's name in the zone), one per shard count
+        local shards = tonumber(ngx.var.arg_shards)
+        local name = string.char(64 + shards) .. zone:sub(2)
+        ngx.say(Ops.fill(vmpool.shared(name, { capacity = size, shards = shards })))
       }
     }
     location = /diff {
@@ -107,7 +123,8 @@ describe("vmpool.shared and ngx.shared.DICT, the same operations side by side", 
       "where=host&shards=1&flush=1", { 5, 6 } },
     { "gives a pool state's ngx.shared.DICT the event loop's answers", "where=state&flush=1", { 7, 8 } },
   }
-  for _, name in ipairs { "full_list_push", "huge_ttl", "number_keys", "bad_input" } do
+  for _, name in ipairs { "full_list_push", "huge_ttl", "number_keys", "bad_input", "eviction_order",
+    "fragmentation", "list_eviction" } do
     it("answers as ngx.shared.DICT does in the scenario " .. name, function()
       local status, body = H.get(port, "/scenario?name=" .. name)
       assert.are.equal(200, status, body)
@@ -115,6 +132,24 @@ describe("vmpool.shared and ngx.shared.DICT, the same operations side by side", 
       assert.is_truthy(want, body)
       assert.are.equal(want, got)
     end)
+  end
+
+  -- capacity as nginx counts it (slab pages): entries before the first eviction, safe_set's
+  -- refusals, free_space, a value larger than the dictionary, lists; each zone size and name
+  -- length, with one shard and with many
+  for _, z in ipairs { { "fill_12k", "12k" }, { "fill_100k", "100k" }, { "fill_1m", "1m" },
+    { "fill_a_much_longer_name_of_the_zone_x", "100k" } } do
+    for _, shards in ipairs { 1, 16 } do
+      it(("fills, evicts and refuses as ngx.shared.DICT does: %s, %d shard%s"):format(z[2], shards,
+        shards > 1 and "s" or ""), function()
+        local status, body = H.get(port, ("/fill?zone=%s&size=%s&shards=%d"):format(z[1], z[2], shards))
+        assert.are.equal(200, status, body)
+        local lines = {}
+        for line in body:gmatch("[^\n]*\n") do lines[#lines + 1] = line end
+        local half = #lines / 2
+        assert.are.equal(table.concat(lines, "", 1, half), table.concat(lines, "", half + 1))
+      end)
+    end
   end
 
   for _, c in ipairs(CASES) do

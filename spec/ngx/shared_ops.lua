@@ -239,4 +239,157 @@ function M.scenarios.bad_input(dict)
   return table.concat(out, "; ")
 end
 
+-- Filling a dictionary as nginx sizes it (issue 39: ngx counts slab pages): for each kind of
+-- value, how many entries fit before the first eviction, how many safe_set stores, the free space
+-- as it goes, what a value larger than the dictionary gets, and how many list items and lists fit.
+-- Each line the same for ngx.shared.DICT and vmpool.shared of the same size and name length.
+function M.fill(dict)
+  local out = { "capacity " .. dict:capacity() }
+  local function empty()
+    dict:flush_all()
+    dict:flush_expired()
+  end
+  empty()
+  out[#out + 1] = "free " .. dict:free_space()
+  local kinds = {
+    { "n", function(i) return i end }, { "b", function() return true end },
+    { "s1", function() return "x" end }, { "s100", function() return ("x"):rep(100) end },
+    { "s1000", function() return ("x"):rep(1000) end }, { "s2000", function() return ("x"):rep(2000) end },
+    { "s4000", function() return ("x"):rep(4000) end }, { "s9000", function() return ("x"):rep(9000) end },
+  }
+  for _, kind in ipairs(kinds) do
+    local name, value = kind[1], kind[2]
+    empty()
+    local n, forced = 0, nil
+    repeat
+      n = n + 1
+      local ok, err, forcible = dict:set("k" .. n, value(n))
+      if not ok then forced = "failed " .. tostring(err) .. " " .. tostring(forcible) break end
+      if forcible then forced = "evicted" end
+    until forced or n > 40000
+    local free = dict:free_space()
+    -- how many of the first keys a further round of sets leaves
+    for i = n + 1, 2 * n do dict:set("k" .. i, value(i)) end
+    local left = 0
+    for i = 1, 2 * n do if dict:get("k" .. i) ~= nil then left = left + 1 end end
+    empty()
+    local safe = 0
+    repeat
+      safe = safe + 1
+      local ok = dict:safe_set("k" .. safe, value(safe))
+    until not ok or safe > 40000
+    out[#out + 1] = ("%s: %s at %d (free %d), %d left after %d more; safe_set stores %d, free %d"):format(
+      name, tostring(forced), n, free, left, n, safe - 1, dict:free_space())
+  end
+  -- a value larger than the whole dictionary, in a full one
+  empty()
+  for i = 1, 50 do dict:set("k" .. i, ("x"):rep(100)) end
+  local ok, err, forcible = dict:set("k1", ("x"):rep(dict:capacity() + 1))
+  local left = 0
+  for i = 1, 50 do if dict:get("k" .. i) ~= nil then left = left + 1 end end
+  out[#out + 1] = ("huge: %s %s %s, %d of 50 left, free %d"):format(tostring(ok), tostring(err),
+    tostring(forcible), left, dict:free_space())
+  -- list items in one list, then one-item lists
+  for _, item in ipairs { 1, "x", ("x"):rep(100), ("x"):rep(3000) } do
+    empty()
+    local n = 0
+    repeat n = n + 1 until not dict:rpush("list", item) or n > 100000
+    local lists = 0
+    empty()
+    repeat lists = lists + 1 until not dict:lpush("l" .. lists, item) or lists > 100000
+    out[#out + 1] = ("list of %s: %d items, %d lists, free %d"):format(type(item) == "string" and #item or "number",
+      n - 1, lists - 1, dict:free_space())
+  end
+  empty()
+  return table.concat(out, "\n")
+end
+
+-- Eviction order: a full dictionary, some entries read or rewritten, then new keys that evict;
+-- which of the first keys survive. The reads come in the order the keys were added, the case
+-- where CLOCK's order is ngx's exact one (README, "vmpool.shared").
+function M.scenarios.eviction_order(dict)
+  local v = ("v"):rep(100)
+  local n = 0
+  repeat
+    n = n + 1
+    local _, _, forcible = dict:set("k" .. n, v)
+  until forcible or n > 5000
+  dict:get("k3")
+  dict:get("k9")
+  dict:get_stale("k12")
+  dict:set("k5", ("w"):rep(100)) -- the same length: in place
+  dict:set("k7", ("w"):rep(120)) -- another length, the same size class
+  dict:set("k8", ("w"):rep(1000)) -- another size class
+  dict:incr("k20", 1, 0) -- "not a number": refused, yet a use
+  local evicted = 0
+  for i = 1, 40 do
+    local _, _, forcible = dict:set("new" .. i, v)
+    if forcible then evicted = evicted + 1 end
+  end
+  local alive = {}
+  for i = 1, 60 do
+    if dict:get("k" .. i) ~= nil then alive[#alive + 1] = i end
+  end
+  return ("filled at %d; %d of 40 sets evicted; alive of the first 60: %s"):format(n, evicted,
+    table.concat(alive, ","))
+end
+
+-- Pages freed by deletes and evictions join their free neighbours, so a value of several pages fits
+-- only where as many free pages are next to each other (nginx's fragmentation)
+function M.scenarios.fragmentation(dict)
+  local out = {}
+  local page = ("p"):rep(3000)
+  local n = 0
+  while dict:safe_set("p" .. n + 1, page) do n = n + 1 end
+  out[#out + 1] = "pages " .. n
+  dict:delete("p3")
+  dict:delete("p5")
+  out[#out + 1] = "two apart: " .. tostring((dict:safe_set("two", ("t"):rep(6000))))
+  dict:delete("p4")
+  out[#out + 1] = "three joined: " .. tostring((dict:safe_set("three", ("t"):rep(10000))))
+  dict:delete("p10")
+  dict:delete("p12")
+  local ok, err, forcible = dict:set("big", ("b"):rep(3 * 4096))
+  local alive = {}
+  for i = 1, n do
+    if dict:get("p" .. i) ~= nil then alive[#alive + 1] = i end
+  end
+  out[#out + 1] = ("set of 3 pages: %s %s %s, alive %s, free %d"):format(tostring(ok), tostring(err),
+    tostring(forcible), table.concat(alive, ","), dict:free_space())
+  -- small entries share pages: a page is free again only when all of its entries are gone
+  dict:flush_all()
+  dict:flush_expired()
+  for i = 1, 64 do dict:set("s" .. i, ("s"):rep(100)) end
+  local before = dict:free_space()
+  for i = 1, 64, 2 do dict:delete("s" .. i) end
+  local half = dict:free_space()
+  for i = 2, 64, 2 do dict:delete("s" .. i) end
+  out[#out + 1] = ("small: %d %d %d"):format(before, half, dict:free_space())
+  return table.concat(out, "; ")
+end
+
+-- Lists as entries: a full dictionary evicts whole lists (their elements with them), and a list
+-- pushed to after it expired starts again
+function M.scenarios.list_eviction(dict)
+  local out = {}
+  local item = ("i"):rep(200)
+  for l = 1, 10 do
+    for _ = 1, 10 do dict:rpush("list" .. l, item) end
+  end
+  local free = dict:free_space()
+  local n = 0
+  repeat
+    n = n + 1
+    local _, _, forcible = dict:set("k" .. n, ("v"):rep(500))
+  until forcible or n > 5000
+  local lens = {}
+  for l = 1, 10 do lens[l] = dict:llen("list" .. l) end
+  out[#out + 1] = ("free %d, evicted at %d, lengths %s"):format(free, n, table.concat(lens, ","))
+  dict:expire("list10", 100)
+  out[#out + 1] = "ttl " .. tostring(dict:ttl("list10") > 99)
+  for _ = 1, 3 do dict:lpop("list10") end
+  out[#out + 1] = "after pops " .. dict:llen("list10") .. " " .. tostring((dict:lpop("list9")))
+  return table.concat(out, "; ")
+end
+
 return M

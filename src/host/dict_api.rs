@@ -992,6 +992,12 @@ fn push_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
             st.push_integer(n as i64);
             Ok(1)
         }
+        // no room for a new list's own node: ngx answers false there
+        Err(r) if r.forcible => answer(st, method, &mut |st| {
+            st.push_bool(false);
+            st.push_str(r.err);
+            2
+        }),
         Err(r) => nil_err(st, method, r.err),
     }
 }
@@ -1136,7 +1142,7 @@ fn capacity_impl(st: State) -> Result<c_int, Error> {
 }
 
 crate::lua_function!(fn free_space => free_space_impl);
-/// `dict:free_space()` → bytes not taken by entries.
+/// `dict:free_space()` → bytes in whole free pages, as ngx counts them.
 fn free_space_impl(st: State) -> Result<c_int, Error> {
     let f = this(st)?.dict.free_space();
     st.push_integer(f as i64);

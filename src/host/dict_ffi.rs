@@ -1,5 +1,5 @@
 //! The LuaJIT FFI path of `vmpool.shared`'s busiest methods (`get`, `get_stale`, `set`,
-//! `safe_set`, `add`, `safe_add`, `replace`, `delete`): plain C functions that
+//! `safe_set`, `add`, `safe_add`, `replace`, `delete`, `incr`, `flush_all`): plain C functions that
 //! `src/lua/dict_ffi.lua` calls through `ffi.load` of this library.
 //!
 //! Why: a classic Lua C function ends a LuaJIT trace and pays the C API's stack traffic, and a
@@ -273,4 +273,77 @@ fn answer_store(r: Result<dict::Written, dict::Refused>, out: &mut StoreOut) -> 
             0
         }
     }
+}
+
+/// What `vmpool_dict_incr` answers besides its return code (the layout `dict_ffi.lua` declares).
+#[repr(C)]
+pub struct IncrOut {
+    /// The new value.
+    pub num: f64,
+    /// ngx's message when refused ("not found", "not a number", "no memory"): static, not
+    /// NUL-terminated.
+    pub err: *const c_char,
+    pub errlen: f64,
+    /// Whether live entries were evicted (an `incr` with `init` that created the key).
+    pub forcible: c_int,
+}
+
+/// `dict:incr(key, value, init, init_ttl)` of a string key: `has_init` says whether `init` was
+/// given; `init_ttl` in seconds (0 = none). Returns 1 with the sum in `out.num`, 0 when refused
+/// (`out.err`), or [`FALLBACK`] for NaN (the C function raises the error).
+///
+/// # Safety
+/// `ud` as for [`named`]; `key` points to `klen` bytes; `out` to a writable [`IncrOut`].
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn vmpool_dict_incr(
+    ud: *const c_void,
+    key: *const c_char,
+    klen: usize,
+    value: f64,
+    has_init: c_int,
+    init: f64,
+    init_ttl: f64,
+    out: *mut IncrOut,
+) -> c_int {
+    // SAFETY: guaranteed by the caller.
+    let Some(named) = (unsafe { named(ud) }) else {
+        return FALLBACK;
+    };
+    let ttl_ok = init_ttl >= 0.0; // false for NaN
+    if klen == 0 || klen > dict::MAX_KEY || value.is_nan() || init.is_nan() || !ttl_ok {
+        return FALLBACK;
+    }
+    // SAFETY: guaranteed by the caller.
+    let key = unsafe { bytes(key, klen) };
+    let init = (has_init != 0).then(|| (Number::Float(init), dict::ttl_ns(init_ttl)));
+    // SAFETY: `out` is writable (the caller's guarantee).
+    let out = unsafe { &mut *out };
+    match named.dict.incr(key, Number::Float(value), init) {
+        Ok((n, w)) => {
+            out.num = n.as_f64();
+            out.forcible = c_int::from(w.forcible);
+            1
+        }
+        Err(r) if r.err == dict::NAN_SUM => FALLBACK,
+        Err(r) => {
+            out.err = r.err.as_ptr() as *const c_char;
+            out.errlen = r.err.len() as f64;
+            0
+        }
+    }
+}
+
+/// `dict:flush_all()`: 0, or [`FALLBACK`] for a handle this process cannot use.
+///
+/// # Safety
+/// `ud` as for [`named`].
+#[no_mangle]
+pub unsafe extern "C" fn vmpool_dict_flush_all(ud: *const c_void) -> c_int {
+    // SAFETY: guaranteed by the caller.
+    let Some(named) = (unsafe { named(ud) }) else {
+        return FALLBACK;
+    };
+    named.dict.flush_all();
+    0
 }

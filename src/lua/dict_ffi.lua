@@ -1,7 +1,7 @@
 -- The LuaJIT FFI path of vmpool.shared, compiled into the library and run by vmpool.lua on LuaJIT
 -- (see src/host/dict_ffi.rs for why). Given the library's native table, it returns a function
 -- that vmpool.shared passes each new handle through: the first one's methods table gets FFI
--- versions of get, get_stale, set, safe_set, add, safe_add, replace and delete.
+-- versions of get, get_stale, set, safe_set, add, safe_add, replace, delete, incr and flush_all.
 --
 -- Each FFI method handles the common case (a handle of this module, a string key, a value and
 -- options of the right types) and hands anything else to the method's C function, unchanged:
@@ -21,6 +21,10 @@ end
 local declared = pcall(ffi.cdef, [[
   typedef struct { double num; double len; uint32_t flags; int stale; } vmpool_dict_value;
   typedef struct { const char *err; double errlen; int forcible; } vmpool_dict_store_out;
+  typedef struct { double num; const char *err; double errlen; int forcible; } vmpool_dict_incr_out;
+  int vmpool_dict_incr(void *ud, const char *key, size_t klen, double value, int has_init,
+                       double init, double init_ttl, vmpool_dict_incr_out *out);
+  int vmpool_dict_flush_all(void *ud);
   int vmpool_dict_get(void *ud, const char *key, size_t klen, int stale, char *buf, size_t cap,
                       vmpool_dict_value *out);
   int vmpool_dict_store(void *ud, int mode, int safe, const char *key, size_t klen, int vtype,
@@ -35,7 +39,7 @@ if not loaded then
   return nil, tostring(C)
 end
 
-local type, setmetatable, rawget, rawset, pairs = type, setmetatable, rawget, rawset, pairs
+local type, setmetatable, rawget, rawset, pairs, tonumber = type, setmetatable, rawget, rawset, pairs, tonumber
 local ffi_string, ffi_new = ffi.string, ffi.new
 
 -- the codes of dict_ffi.rs
@@ -45,8 +49,9 @@ local SET, ADD, REPLACE = 0, 1, 2
 
 local known = setmetatable({}, { __mode = "k" }) -- handle -> its userdata, for each vmpool.shared returned
 
--- What a call writes into: its out-structures and a buffer for strings up to BUFFER_SIZE bytes
--- (longer ones come back through one of their own). A call takes the spare scratch and puts it
+-- What a call writes into: its out-structures and a buffer for strings, BUFFER_SIZE bytes at
+-- first and grown to the longest string read since (as resty.core's string buffer: a loop that
+-- reads a long value allocates once, and stays compiled). A call takes the spare scratch and puts it
 -- back when it is done: a finalizer that runs in between (at any allocation, ffi.string's
 -- included) and uses the dictionary gets a scratch of its own instead of overwriting the bytes
 -- or fields that the interrupted call has not read yet.
@@ -54,8 +59,10 @@ local BUFFER_SIZE = 4096
 local function new_scratch()
   return {
     buf = ffi_new("char[?]", BUFFER_SIZE),
+    cap = BUFFER_SIZE,
     value = ffi_new("vmpool_dict_value"),
     store = ffi_new("vmpool_dict_store_out"),
+    incr = ffi_new("vmpool_dict_incr_out"),
   }
 end
 local spare = new_scratch()
@@ -80,11 +87,12 @@ local function patch(methods)
         return c_method(self, key)
       end
       local sc = take()
-      local out, buf, cap = sc.value, sc.buf, BUFFER_SIZE
+      local out, buf, cap = sc.value, sc.buf, sc.cap
       local code = C.vmpool_dict_get(ud, key, #key, stale, buf, cap, out)
       while code == STRING_TOO_LONG do -- again with a buffer of its size (the value may change)
         cap = out.len
         buf = ffi_new("char[?]", cap)
+        sc.buf, sc.cap = buf, cap
         code = C.vmpool_dict_get(ud, key, #key, stale, buf, cap, out)
       end
       local flags, is_stale = out.flags, out.stale ~= 0
@@ -182,6 +190,50 @@ local function patch(methods)
       return true, nil, false
     end
     return c_delete(self, key)
+  end
+
+  -- incr: value[, nil, forcible] | nil, err. As resty.core's, a value that is not a number goes
+  -- through tonumber; one that does not convert, init and init_ttl of other types, NaN and the
+  -- other refusals go to the C function, which raises ngx's words or the vmpool: error.
+  local c_incr = methods.incr
+  methods.incr = function(self, key, value, init, init_ttl)
+    local ud = known[self]
+    if ud == nil or type(key) ~= "string" or (init ~= nil and type(init) ~= "number")
+      or (init_ttl ~= nil and (type(init_ttl) ~= "number" or init == nil)) then
+      return c_incr(self, key, value, init, init_ttl)
+    end
+    local num = value
+    if type(num) ~= "number" then
+      num = tonumber(num)
+      if num == nil then
+        return c_incr(self, key, value, init, init_ttl)
+      end
+    end
+    local sc = take()
+    local out = sc.incr
+    local code = C.vmpool_dict_incr(ud, key, #key, num, init and 1 or 0, init or 0, init_ttl or 0, out)
+    if code == 1 then
+      local n, evicted = out.num, out.forcible ~= 0
+      spare = sc
+      if init == nil then
+        return n
+      end
+      return n, nil, evicted
+    elseif code == 0 then
+      local err, errlen = out.err, out.errlen
+      spare = sc
+      return nil, ffi_string(err, errlen)
+    end
+    spare = sc
+    return c_incr(self, key, value, init, init_ttl) -- FALLBACK (-1)
+  end
+
+  local c_flush_all = methods.flush_all
+  methods.flush_all = function(self)
+    local ud = known[self]
+    if ud == nil or C.vmpool_dict_flush_all(ud) ~= 0 then
+      return c_flush_all(self)
+    end
   end
 end
 

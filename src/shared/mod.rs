@@ -12,6 +12,7 @@
 
 pub mod dict;
 mod read_cache;
+pub mod slab;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -26,8 +27,8 @@ use crate::Error;
 pub const DEFAULT_CAPACITY: usize = 1 << 20;
 /// `shards` when the options do not give one.
 pub const DEFAULT_SHARDS: usize = 16;
-/// The smallest capacity accepted (a few entries).
-pub const MIN_CAPACITY: usize = 1024;
+/// The smallest capacity accepted: nginx's smallest `lua_shared_dict` (one page of entries).
+pub const MIN_CAPACITY: usize = 8192;
 /// The most shards accepted.
 pub const MAX_SHARDS: usize = 256;
 
@@ -74,7 +75,7 @@ pub fn open(name: &str, opts: Options) -> Result<Arc<Named>, Error> {
     let shards = opts.shards.unwrap_or(DEFAULT_SHARDS);
     if capacity < MIN_CAPACITY {
         return Err(Error::BadArgument(format!(
-            "option 'capacity' to vmpool.shared must be at least {MIN_CAPACITY} bytes (got {capacity})"
+            "option 'capacity' to vmpool.shared must be at least {MIN_CAPACITY} bytes, as lua_shared_dict's (got {capacity})"
         )));
     }
     if !(1..=MAX_SHARDS).contains(&shards) {
@@ -109,7 +110,7 @@ pub fn open(name: &str, opts: Options) -> Result<Arc<Named>, Error> {
     }
     let d = Arc::new(Named {
         name: name.to_string(),
-        dict: Dict::new(capacity, shards),
+        dict: Dict::named(capacity, shards, name.len()),
         generation,
         pid: crate::sys::pid(),
     });
@@ -159,7 +160,7 @@ mod tests {
         let e = open(
             "registry-test-clash",
             Options {
-                capacity: Some(4096),
+                capacity: Some(65536),
                 shards: None,
             },
         )

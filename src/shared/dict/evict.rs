@@ -1,0 +1,193 @@
+//! A dictionary's room and eviction: nginx's slab pages for its nodes (`slab.rs`: one pool for
+//! the whole dictionary, behind a mutex taken only to take or give back a block), and eviction in
+//! one least-recently-used order across the shards.
+//!
+//! Every entry carries a stamp, taken from the dictionary's count when it goes to its shard's most
+//! recently used end; each shard publishes its oldest entry's stamp when its write lock is released.
+//! Eviction takes the entry with the oldest stamp among the shards' oldest, so that with any
+//! number of shards entries go in the order they would with one (ngx has one queue per zone).
+//! A used entry (read, or rewritten in place: CLOCK's mark) found there gets a new stamp and goes
+//! to its shard's front instead, its second chance. A shard whose lock another thread holds is
+//! passed over: a writer holds its own shard's lock and must not wait for another.
+
+use std::hash::BuildHasher;
+use std::sync::atomic::Ordering;
+
+use super::clock::Now;
+use super::entry::{refused, Entry, Refused, Stored, MAX_EVICTIONS};
+use super::lock::Map;
+use super::Dict;
+use crate::shared::slab::Block;
+
+/// The shard a caller holds locked, and its map.
+pub(super) type Held<'a, 'm> = Option<(usize, &'a mut Map)>;
+
+/// What the oldest entry of a shard was.
+enum Tail {
+    Empty,
+    /// Used since it was last passed: it went to the front with a new stamp.
+    Spared,
+    /// Live, and only an expired one was to be removed.
+    Live,
+    Removed,
+}
+
+impl Dict {
+    /// A block for a node of `size` bytes, if nginx would find room for one.
+    #[inline]
+    pub(super) fn alloc(&self, size: usize) -> Option<Block> {
+        self.slab.lock().alloc(size)
+    }
+
+    /// Gives back the blocks of an entry taken out of its shard: its node and its list's.
+    #[inline]
+    pub(super) fn release(&self, e: &Entry) {
+        let mut slab = self.slab.lock();
+        if let Stored::List(l) = &e.value {
+            for (_, b) in l {
+                slab.free(*b);
+            }
+        }
+        slab.free(e.block);
+    }
+
+    /// Puts `entry` at the most recently used end of `map`, with the next stamp.
+    #[inline]
+    pub(super) fn insert(&self, map: &mut Map, key: Box<[u8]>, mut entry: Entry) {
+        entry.stamp = self.ticks.fetch_add(1, Ordering::Relaxed);
+        map.push(key, entry);
+    }
+
+    /// A block for a node of `size` bytes written into shard `own` (whose lock `map` is), as
+    /// nginx finds one: when there is no room, unless `safe`, it evicts (the least recently used
+    /// entry, then up to two more if they expired: `ngx_http_lua_shdict_expire(ctx, 0)`) and tries
+    /// again, up to [`MAX_EVICTIONS`] times. `Ok` says whether it evicted (`forcible`); so does the
+    /// "no memory" refusal, as ngx's does. The entry being written must not be in `map`.
+    pub(super) fn make_room(
+        &self,
+        own: usize,
+        map: &mut Map,
+        size: usize,
+        safe: bool,
+        now: &Now,
+    ) -> Result<(Block, bool), Refused> {
+        if let Some(b) = self.alloc(size) {
+            return Ok((b, false));
+        }
+        if safe {
+            return Err(refused("no memory"));
+        }
+        let mut held = Some((own, map));
+        let mut forcible = false;
+        for _ in 0..MAX_EVICTIONS {
+            if self.evict(&mut held, now) == 0 {
+                break;
+            }
+            forcible = true;
+            if let Some(b) = self.alloc(size) {
+                return Ok((b, true));
+            }
+        }
+        Err(Refused {
+            err: "no memory",
+            forcible,
+        })
+    }
+
+    /// `ngx_http_lua_shdict_expire(ctx, 0)` over the shards: removes the least recently used
+    /// entry, then up to two more while the least recently used has expired; how many it removed.
+    pub(super) fn evict(&self, held: &mut Held, now: &Now) -> usize {
+        let mut freed = 0;
+        while freed < 3 && self.remove_oldest(held, freed > 0, now) {
+            freed += 1;
+        }
+        freed
+    }
+
+    /// Removes the dictionary's least recently used entry (only if it expired, with
+    /// `expired_only`): the oldest by stamp among the shards' oldest, after the second chances of
+    /// those used since. Shard `held` is the caller's, locked; with one held, a shard another
+    /// thread has locked is passed over. False if it removed nothing.
+    fn remove_oldest(&self, held: &mut Held, expired_only: bool, now: &Now) -> bool {
+        let mut passed = [0u64; 4]; // a bit per shard (at most 256)
+        loop {
+            let mut oldest: Option<(u64, usize)> = None;
+            for (i, shard) in self.shards.iter().enumerate() {
+                if passed[i / 64] & (1 << (i % 64)) != 0 {
+                    continue;
+                }
+                let stamp = match held {
+                    Some((h, map)) if *h == i => map.peek_lru().map_or(u64::MAX, |(_, e)| e.stamp),
+                    _ => shard.tail_stamp.load(Ordering::Relaxed),
+                };
+                if stamp != u64::MAX && oldest.is_none_or(|(s, _)| stamp < s) {
+                    oldest = Some((stamp, i));
+                }
+            }
+            let Some((_, i)) = oldest else {
+                return false;
+            };
+            let tail = match held {
+                Some((h, map)) if *h == i => self.take_tail(i, map, expired_only, now),
+                _ => {
+                    let guard = if held.is_some() {
+                        self.shards[i].try_write()
+                    } else {
+                        Some(self.shards[i].write())
+                    };
+                    match guard {
+                        Some(mut map) => self.take_tail(i, &mut map, expired_only, now),
+                        None => Tail::Empty,
+                    }
+                }
+            };
+            match tail {
+                Tail::Removed => return true,
+                Tail::Live => return false,
+                Tail::Spared => {}
+                Tail::Empty => passed[i / 64] |= 1 << (i % 64),
+            }
+        }
+    }
+
+    /// Shard `own`'s oldest entry (`map` locked): spared if it was used since it was last
+    /// passed, else removed, unless `expired_only` and it is live.
+    fn take_tail(&self, own: usize, map: &mut Map, expired_only: bool, now: &Now) -> Tail {
+        let cache = &self.shards[own].cache;
+        let Some((k, e)) = map.peek_lru() else {
+            return Tail::Empty;
+        };
+        let hit = cache.take_referenced(self.hasher.hash_one(k), k);
+        if e.referenced.swap(false, Ordering::Relaxed) | hit {
+            if let Some((k, e)) = map.pop_lru() {
+                self.insert(map, k, e);
+            }
+            return Tail::Spared;
+        }
+        if expired_only && !e.expired(now) {
+            return Tail::Live;
+        }
+        let Some((k, e)) = map.pop_lru() else {
+            return Tail::Empty;
+        };
+        cache.forget(self.hasher.hash_one(&k), &k);
+        self.release(&e);
+        Tail::Removed
+    }
+
+    /// Removes up to two expired entries from shard `own`'s least recently used end (ngx does
+    /// this on every write and `get`, so that expired entries do not pile up).
+    pub(super) fn expire_tail(&self, own: usize, map: &mut Map, now: &Now) {
+        for _ in 0..2 {
+            match map.peek_lru() {
+                Some((_, e)) if e.expired(now) => {
+                    if let Some((k, e)) = map.pop_lru() {
+                        self.shards[own].cache.forget(self.hasher.hash_one(&k), &k);
+                        self.release(&e);
+                    }
+                }
+                _ => return,
+            }
+        }
+    }
+}
