@@ -14,8 +14,14 @@ Prints each block that passes on nginx and fails on vmpool, and the counts.
 Several blocks need the echo module: apt-get install libnginx-mod-http-echo (without it they fail on
 both sides).
 
+With --plain=LUA (lua5.1, lua5.4, luajit: the rock built for it, scripts/rock.sh LUA), the blocks
+that pass on nginx and whose request is served by one content handler (other locations only
+/sleep/N ones) run again in plain Lua instead of nginx, through bench/ngx/shdict_plain.lua, which
+stands in for the few ngx functions they use; checks of LuaJIT's traces in the error log
+([TRACE ...], NYI, stitch) do not apply there and are left out.
+
 Usage (the rock built for LuaJIT: scripts/rock.sh luajit):
-  python3 bench/ngx/shdict_compat.py LUA_NGINX_MODULE_CHECKOUT LUA_RESTY_CORE_CHECKOUT [--only=FILE[:N]] [-v]
+  python3 bench/ngx/shdict_compat.py LUA_NGINX_MODULE_CHECKOUT LUA_RESTY_CORE_CHECKOUT [--only=FILE[:N]] [--plain=LUA] [-v]
 A checkout can be a directory with t/*.t in it (the files are read from there, not copied here).
 """
 import http.client
@@ -423,7 +429,10 @@ def skipped(b):
     return {"<": v < want, "<=": v <= want, ">": v > want, ">=": v >= want}.get(op, False)
 
 
-def check(b, nginx, results):
+TRACE_CHECK = re.compile(r"TRACE|NYI|stitch")
+
+
+def check(b, nginx, results, log=None, plain=False):
     """What differs from the block's expectations (empty: it passes)."""
     sec = b["sections"]
     problems = []
@@ -454,9 +463,12 @@ def check(b, nginx, results):
                 k, _, v = line.partition(":")
                 if k.strip() and headers.get(k.strip(), "") != v.strip():
                     problems.append("header %s: %r" % (k, headers.get(k.strip())))
-    log = nginx.log()
+    if log is None:
+        log = nginx.log()
     if "error_log" in sec:
         for item in lines_of(sec["error_log"]):
+            if plain and TRACE_CHECK.search(str(item)):
+                continue
             if isinstance(item, Regex):
                 if not perl_regex(item, item.flags).search(log):
                     problems.append("error_log lacks %r" % str(item))
@@ -464,6 +476,8 @@ def check(b, nginx, results):
                 problems.append("error_log lacks %r" % item)
     if "no_error_log" in sec:
         for item in lines_of(sec["no_error_log"]):
+            if plain and TRACE_CHECK.search(str(item)):
+                continue
             if isinstance(item, Regex):
                 if perl_regex(item, item.flags).search(log):
                     problems.append("error_log has %r" % str(item))
@@ -515,15 +529,99 @@ def run_block(b, file_http_config, testcore, use_vmpool, nginx=None):
             nginx.remove()
 
 
+def nginx_unquote(body):
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            e = body[i + 1]
+            out.append({"n": "\n", "t": "\t", "r": "\r"}.get(e, e if e in "\"'\\" else "\\" + e))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def plain_handler(config, path):
+    """The Lua code of the one content handler serving `path`, or None."""
+    if re.search(r"\b(set|rewrite|access|header_filter|body_filter|log|balancer)_by_lua", config):
+        return None
+    if re.search(r"^\s*echo\b(?!_sleep)", config, re.M):
+        return None
+    locations = re.findall(r"location\s+(=\s*)?(\S+)\s*\{", config)
+    served = [loc for eq, loc in locations if "sleep" not in loc]
+    if len(served) != 1 or served[0] != path:
+        return None
+    m = re.search(r"content_by_lua_block\s*\{", config)
+    if m:
+        depth, i = 1, m.end()
+        while depth and i < len(config):
+            depth += {"{": 1, "}": -1}.get(config[i], 0)
+            i += 1
+        return config[m.end():i - 1]
+    m = re.search(r"content_by_lua\s+'((?:[^'\\]|\\.)*)'", config, re.S)
+    if m:
+        return nginx_unquote(m.group(1))
+    return None
+
+
+def run_plain(b, file_http_config, lua):
+    """The block's handler in plain Lua; what differs from its expectations, or None if it cannot
+    run there."""
+    sec = b["sections"]
+    if "must_die" in sec:
+        return None
+    if "pipelined_requests" in sec:
+        reqs = value_of(sec["pipelined_requests"])
+    elif "request" in sec:
+        r = value_of(sec["request"])
+        reqs = r if isinstance(r, list) else [r]
+    else:
+        return None
+    paths = set()
+    for req in reqs:
+        method, _, rest = req.strip().partition(" ")
+        if method != "GET":
+            return None
+        paths.add(rest.split()[0])
+    if len(paths) != 1:
+        return None
+    path = paths.pop()
+    config = value_of(sec.get("config", ("", [])))
+    code = plain_handler(config, path)
+    if code is None:
+        return None
+    http_config = file_http_config + "\n" + (value_of(sec["http_config"]) if "http_config" in sec else "")
+    zones = re.findall(r"lua_shared_dict\s+(\S+)\s+(\S+?)\s*;", http_config)
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write(code)
+        name = f.name
+    env = dict(os.environ, LUA=lua)
+    cmd = ". scripts/luaenv.sh && %s bench/ngx/shdict_plain.lua %s %d %s" % (
+        lua, name, len(reqs), " ".join("%s=%s" % z for z in zones))
+    try:
+        r = subprocess.run(["sh", "-c", cmd], cwd=ROOT, env=env, capture_output=True, timeout=60)
+    finally:
+        os.unlink(name)
+    results = []
+    for m in re.finditer(r"(.*?)\0status (\d+)\n", r.stdout.decode("latin-1"), re.S):
+        results.append((int(m.group(2)), m.group(1), {}))
+    if len(results) != len(reqs):
+        return ["the handler did not answer every request: %s" % r.stderr.decode("latin-1")[-300:]]
+    return check(b, None, results, log=r.stderr.decode("latin-1"), plain=True)
+
+
 def main(argv):
     args = [a for a in argv if not a.startswith("-")]
     only = next((a.split("=", 1)[1] for a in argv if a.startswith("--only=")), None)
     verbose = "-v" in argv
+    plain = next((a.split("=", 1)[1] for a in argv if a.startswith("--plain=")), None)
     if len(args) != 2:
         print(__doc__)
         return 2
     checkouts = {"lua-nginx-module": args[0], "lua-resty-core": args[1]}
-    totals = {"blocks": 0, "skipped": 0, "ngx": 0, "vmpool": 0, "both": 0}
+    totals = {"blocks": 0, "skipped": 0, "ngx": 0, "vmpool": 0, "both": 0, "not_plain": 0}
     for repo, name in FILES:
         if only and not only.split(":")[0] == name:
             continue
@@ -546,7 +644,17 @@ def main(argv):
                 continue
             res = {}
             for use_vmpool in (False, True):
+                if use_vmpool and plain:
+                    if res[False]:
+                        res[True] = ["fails on nginx"]
+                    else:
+                        res[True] = run_plain(b, file_http, plain)
+                        if res[True] is None:
+                            totals["not_plain"] += 1
+                            res[True] = ["not a plain content handler"]
+                    continue
                 res[use_vmpool] = run_block(b, file_http, testcore, use_vmpool, shared[use_vmpool])
+            for use_vmpool in (False, True):
                 if not res[use_vmpool]:
                     passed[use_vmpool] += 1
             totals["ngx"] += not res[False]
@@ -563,7 +671,9 @@ def main(argv):
                 n.remove()
         print("%s: %d blocks, nginx %d, vmpool %d" % (name, len(blocks), passed[False], passed[True]))
     print("total: %(blocks)d blocks (%(skipped)d skipped for nginx 1.22), pass on nginx %(ngx)d, "
-          "on vmpool %(vmpool)d, on both %(both)d" % totals)
+          "on vmpool %(vmpool)d, on both %(both)d" % totals
+          + ("; in plain %s, %d of those on nginx are not a plain content handler"
+             % (plain, totals["not_plain"]) if plain else ""))
     return 0
 
 

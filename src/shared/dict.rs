@@ -71,11 +71,11 @@ pub use entry::{
     FLUSH_ALL_FREES, ITEM_NODE, MAX_EVICTIONS, MAX_KEY, NAN_SUM, NIL_ADD, NODE,
 };
 
-use super::read_cache::Occupant;
+use super::read_cache::{Hit, HitValue, Occupant};
 use super::slab::{self, Slab};
 use clock::{monotonic_ns, Now};
 use entry::{list_node, node_size, refused, Entry, Stored};
-use lock::{found, KeyWrite, Map, OwnLines, Shard};
+use lock::{KeyWrite, Map, OwnLines, Shard};
 
 /// The refusal of a list push without room for the list's own node: ngx answers `false, "no
 /// memory"` then (`nil, "no memory"` without room for the element): `forcible` marks it.
@@ -83,6 +83,26 @@ fn no_room_for_list() -> Refused {
     Refused {
         err: "no memory",
         forcible: true,
+    }
+}
+
+/// What a read of the read cache found, a string's bytes handed to `out`.
+fn found(hit: Hit, out: &mut impl ValueSink) -> Found {
+    let value = match hit.value {
+        HitValue::Bool(b) => Kind::Bool(b),
+        HitValue::Int(i) => Kind::Num(Number::Int(i)),
+        HitValue::Float(f) => Kind::Num(Number::Float(f)),
+        HitValue::Str { .. } => {
+            if !out.put(hit.value.bytes()) {
+                return Found::NoMemory;
+            }
+            Kind::Str
+        }
+    };
+    Found::Value {
+        value,
+        flags: hit.flags,
+        stale: false,
     }
 }
 

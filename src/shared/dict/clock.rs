@@ -30,6 +30,7 @@ impl Now<'_> {
 
 /// Nanoseconds on the monotonic clock, at least 1 (0 means "never"). Read from the system clock
 /// each time: no shared start value, so no first-use race for ThreadSanitizer to report.
+#[inline]
 pub(super) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -8,8 +8,8 @@ use lru::LruCache;
 use parking_lot::{RwLock, RwLockWriteGuard};
 
 use super::clock::Now;
-use super::entry::{Entry, Found, Kind, Number, ValueSink};
-use crate::shared::read_cache::{Hit, HitValue, ReadCache};
+use super::entry::Entry;
+use crate::shared::read_cache::ReadCache;
 
 pub(super) type Map = LruCache<Box<[u8]>, Entry, RandomState>;
 
@@ -160,26 +160,5 @@ impl Drop for KeyWrite<'_> {
                 cache.end(hash, key, None);
             }
         }
-    }
-}
-
-/// What a read of the read cache found, a string's bytes handed to `out`.
-#[inline]
-pub(super) fn found(hit: Hit, out: &mut impl ValueSink) -> Found {
-    let value = match hit.value {
-        HitValue::Bool(b) => Kind::Bool(b),
-        HitValue::Int(i) => Kind::Num(Number::Int(i)),
-        HitValue::Float(f) => Kind::Num(Number::Float(f)),
-        HitValue::Str { .. } => {
-            if !out.put(hit.value.bytes()) {
-                return Found::NoMemory;
-            }
-            Kind::Str
-        }
-    };
-    Found::Value {
-        value,
-        flags: hit.flags,
-        stale: false,
     }
 }
