@@ -22,6 +22,10 @@ use crate::shared::slab::Block;
 /// The shard a caller holds locked, and its map.
 pub(super) type Held<'a, 'm> = Option<(usize, &'a mut Map)>;
 
+/// Second chances one eviction gives before it takes the oldest entry whatever its mark: a pass
+/// clears every mark, but readers on other threads can mark entries again as fast as it goes.
+const MAX_SPARED: usize = 4096;
+
 /// What the oldest entry of a shard was.
 enum Tail {
     Empty,
@@ -110,7 +114,9 @@ impl Dict {
     /// thread has locked is passed over. False if it removed nothing.
     fn remove_oldest(&self, held: &mut Held, expired_only: bool, now: &Now) -> bool {
         let mut passed = [0u64; 4]; // a bit per shard (at most 256)
+        let mut spared = 0;
         loop {
+            let spare = spared < MAX_SPARED;
             let mut oldest: Option<(u64, usize)> = None;
             for (i, shard) in self.shards.iter().enumerate() {
                 if passed[i / 64] & (1 << (i % 64)) != 0 {
@@ -128,7 +134,7 @@ impl Dict {
                 return false;
             };
             let tail = match held {
-                Some((h, map)) if *h == i => self.take_tail(i, map, expired_only, now),
+                Some((h, map)) if *h == i => self.take_tail(i, map, expired_only, spare, now),
                 _ => {
                     let guard = if held.is_some() {
                         self.shards[i].try_write()
@@ -136,7 +142,7 @@ impl Dict {
                         Some(self.shards[i].write())
                     };
                     match guard {
-                        Some(mut map) => self.take_tail(i, &mut map, expired_only, now),
+                        Some(mut map) => self.take_tail(i, &mut map, expired_only, spare, now),
                         None => Tail::Empty,
                     }
                 }
@@ -144,21 +150,28 @@ impl Dict {
             match tail {
                 Tail::Removed => return true,
                 Tail::Live => return false,
-                Tail::Spared => {}
+                Tail::Spared => spared += 1,
                 Tail::Empty => passed[i / 64] |= 1 << (i % 64),
             }
         }
     }
 
     /// Shard `own`'s oldest entry (`map` locked): spared if it was used since it was last
-    /// passed, else removed, unless `expired_only` and it is live.
-    fn take_tail(&self, own: usize, map: &mut Map, expired_only: bool, now: &Now) -> Tail {
+    /// passed (and `spare`), else removed, unless `expired_only` and it is live.
+    fn take_tail(
+        &self,
+        own: usize,
+        map: &mut Map,
+        expired_only: bool,
+        spare: bool,
+        now: &Now,
+    ) -> Tail {
         let cache = &self.shards[own].cache;
         let Some((k, e)) = map.peek_lru() else {
             return Tail::Empty;
         };
         let hit = cache.take_referenced(self.hasher.hash_one(k), k);
-        if e.referenced.swap(false, Ordering::Relaxed) | hit {
+        if (e.referenced.swap(false, Ordering::Relaxed) | hit) && spare {
             if let Some((k, e)) = map.pop_lru() {
                 self.insert(map, k, e);
             }

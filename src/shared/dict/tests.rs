@@ -638,3 +638,33 @@ fn threads_hammering_the_same_keys_keep_counts_exact() {
         .sum();
     assert_eq!(total, 8000);
 }
+
+#[test]
+fn eviction_takes_the_least_recently_used_entry_of_the_whole_dictionary_whatever_its_shard() {
+    // 22 free pages, an entry of a page each, keys spread over 16 shards
+    let d = Dict::new(100 << 10, 16);
+    let set = |k: &str| {
+        d.store(Mode::Set, false, k.as_bytes(), Some(page()), 0, 0)
+            .unwrap()
+    };
+    for i in 0..22 {
+        assert!(!set(&format!("p{i}")).forcible);
+    }
+    // read: a second chance each
+    assert!(got(&d, "p0").is_some() && got(&d, "p1").is_some());
+    for i in 0..5 {
+        assert!(set(&format!("n{i}")).forcible);
+    }
+    for i in 2..7 {
+        assert!(
+            got(&d, &format!("p{i}")).is_none(),
+            "p{i} is one of the 5 oldest unread"
+        );
+    }
+    for i in (0..2).chain(7..22) {
+        assert!(
+            got(&d, &format!("p{i}")).is_some(),
+            "p{i} was evicted out of order"
+        );
+    }
+}
