@@ -23,6 +23,7 @@ const KNOWN: &[&str] = &[
     "jit",
     "nice",
     "sched",
+    "name",
 ];
 
 /// Largest integer option accepted (besides `math.huge`): every integer up to it is exact in a
@@ -143,6 +144,7 @@ fn read_fields(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
             "jit" => cfg.jit = v.boolean()?,
             "nice" => cfg.nice = v.niceness()?,
             "sched" => cfg.sched = v.sched()?,
+            "name" => cfg.name = Some(v.name()?),
             _ => unreachable!("checked against KNOWN"),
         }
         st.pop(1);
@@ -257,6 +259,24 @@ impl Field<'_> {
                     if got.len() > 40 { "..." } else { "" }
                 ))
             })
+    }
+
+    /// `name`: 1 to 128 bytes of UTF-8 text.
+    fn name(&self) -> Result<String, Error> {
+        let bytes = match self.st.to_bytes(-1) {
+            Some(b) if self.st.type_of(-1) == TSTRING => b,
+            _ => return Err(self.wrong("a string (the name that labels the pool's metrics)")),
+        };
+        match std::str::from_utf8(bytes) {
+            Ok(s) if !s.is_empty() && s.len() <= 128 => Ok(s.to_string()),
+            _ => {
+                Err(Error::BadArgument(format!(
+                "option 'name' to vmpool.new must be 1 to 128 bytes of UTF-8 text (got {} bytes{})",
+                bytes.len(),
+                if std::str::from_utf8(bytes).is_ok() { "" } else { " that are not UTF-8" }
+            )))
+            }
+        }
     }
 
     fn boolean(&self) -> Result<bool, Error> {

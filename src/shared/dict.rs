@@ -469,6 +469,8 @@ pub struct Dict {
     used: AtomicUsize,
     /// Added to the monotonic clock: lets tests move a dictionary's time forward (`_advance`).
     skew: AtomicU64,
+    /// Entries evicted to make room (`vmpool.metrics()`).
+    evictions: AtomicU64,
 }
 
 /// Nanoseconds on the monotonic clock, at least 1 (0 means "never"). Read from the system clock
@@ -544,6 +546,7 @@ impl Dict {
             capacity,
             used: AtomicUsize::new(0),
             skew: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
         }
     }
 
@@ -553,6 +556,16 @@ impl Dict {
 
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// Entries stored, expired ones not yet removed included.
+    pub fn items(&self) -> usize {
+        self.shards.iter().map(|s| s.map.read().len()).sum()
+    }
+
+    /// Entries evicted to make room since the dictionary was created.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
     }
 
     /// Bytes not taken by entries.
@@ -715,6 +728,7 @@ impl Dict {
     fn evict_one(&self, own: usize, map: &mut Map) -> bool {
         if let Some(e) = self.pop_victim(own, map) {
             self.release(e.size);
+            self.evictions.fetch_add(1, Ordering::Relaxed);
             return true;
         }
         let n = self.shards.len();
@@ -723,6 +737,7 @@ impl Dict {
             if let Some(mut other) = self.shards[i].try_write() {
                 if let Some(e) = self.pop_victim(i, &mut other) {
                     self.release(e.size);
+                    self.evictions.fetch_add(1, Ordering::Relaxed);
                     return true;
                 }
             }
@@ -1329,6 +1344,7 @@ mod tests {
         assert!(w.forcible);
         assert!(got(&d, "k1").is_none());
         assert!(got(&d, "k0").is_some() && got(&d, "k2").is_some() && got(&d, "k3").is_some());
+        assert_eq!((d.evictions(), d.items()), (1, 3));
         assert_eq!(
             d.store(Mode::Set, true, b"k4", Some(s("0123456789")), 0, 0),
             Err(Refused {
