@@ -28,20 +28,10 @@ fn labels(st: State) -> Result<Vec<(String, String)>, Error> {
     if !st.check_stack(4) {
         return Err(Error::no_stack("reading the options of vmpool.metrics"));
     }
-    st.push_nil();
-    while st.next(1) {
-        if !(st.type_of(-2) == TSTRING && st.to_bytes(-2) == Some(b"labels")) {
-            let key = if st.type_of(-2) == TSTRING {
-                String::from_utf8_lossy(st.to_bytes(-2).unwrap_or_default()).into_owned()
-            } else {
-                format!("a {} key", st.type_name(-2))
-            };
-            st.pop(2);
-            return Err(bad(format!(
-                "unknown option '{key}' (vmpool.metrics takes only labels)"
-            )));
-        }
-        st.pop(1);
+    if let Some(key) = crate::host::options::unknown_key(st, 1, "labels") {
+        return Err(bad(format!(
+            "unknown option '{key}' (vmpool.metrics takes only labels)"
+        )));
     }
     let t = st.raw_get_str(1, "labels");
     let result = match t {

@@ -52,6 +52,26 @@ fn max_threads() -> usize {
         .min(MAX_COUNT)
 }
 
+/// The first key of the table at `idx` that is not `known`, as an option error names it (the
+/// string, or "a number key"); `None` if every key is `known`. The options tables of `close`,
+/// `stats` and `vmpool.metrics` take one option each.
+pub fn unknown_key(st: State, idx: c_int, known: &str) -> Option<String> {
+    st.push_nil();
+    while st.next(idx) {
+        if !(st.type_of(-2) == TSTRING && st.to_bytes(-2) == Some(known.as_bytes())) {
+            let key = if st.type_of(-2) == TSTRING {
+                String::from_utf8_lossy(st.to_bytes(-2).unwrap_or_default()).into_owned()
+            } else {
+                format!("a {} key", st.type_name(-2))
+            };
+            st.pop(2);
+            return Some(key);
+        }
+        st.pop(1);
+    }
+    None
+}
+
 /// Reads the options at `idx` (a table, or nil/none for the defaults).
 pub fn parse(st: State, idx: c_int) -> Result<Config, Error> {
     let mut cfg = Config::default();

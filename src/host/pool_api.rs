@@ -198,7 +198,7 @@ fn stats_impl(st: State) -> Result<c_int, Error> {
 
 /// `pool:stats{ reset = true }`: false without a table or without the field.
 fn stats_reset(st: State) -> Result<bool, Error> {
-    use crate::lua::{TBOOLEAN, TNIL, TNONE, TSTRING, TTABLE};
+    use crate::lua::{TBOOLEAN, TNIL, TNONE, TTABLE};
     let bad = |what: String| {
         Error::BadArgument(format!(
             "bad argument #1 to 'stats': {what} (pass nothing, or {{ reset = true }} to start a new interval)"
@@ -217,21 +217,10 @@ fn stats_reset(st: State) -> Result<bool, Error> {
     if !st.check_stack(3) {
         return Err(Error::no_stack("reading the options of stats"));
     }
-    st.push_nil();
-    while st.next(2) {
-        let known = st.type_of(-2) == TSTRING && st.to_bytes(-2) == Some(b"reset");
-        if !known {
-            let key = if st.type_of(-2) == TSTRING {
-                String::from_utf8_lossy(st.to_bytes(-2).unwrap_or_default()).into_owned()
-            } else {
-                format!("a {} key", st.type_name(-2))
-            };
-            st.pop(2);
-            return Err(bad(format!(
-                "unknown option '{key}' (stats takes only reset)"
-            )));
-        }
-        st.pop(1);
+    if let Some(key) = crate::host::options::unknown_key(st, 2, "reset") {
+        return Err(bad(format!(
+            "unknown option '{key}' (stats takes only reset)"
+        )));
     }
     let t = st.raw_get_str(2, "reset");
     let reset = st.to_boolean(-1);
@@ -324,21 +313,10 @@ fn close_timeout(st: State) -> Result<Option<std::time::Duration>, Error> {
             )))
         }
     }
-    st.push_nil();
-    while st.next(2) {
-        let known = st.type_of(-2) == crate::lua::TSTRING && st.to_bytes(-2) == Some(b"timeout");
-        if !known {
-            let key = if st.type_of(-2) == crate::lua::TSTRING {
-                String::from_utf8_lossy(st.to_bytes(-2).unwrap_or_default()).into_owned()
-            } else {
-                format!("a {} key", st.type_name(-2))
-            };
-            st.pop(2);
-            return Err(bad(format!(
-                "unknown option '{key}' (close takes only timeout)"
-            )));
-        }
-        st.pop(1);
+    if let Some(key) = crate::host::options::unknown_key(st, 2, "timeout") {
+        return Err(bad(format!(
+            "unknown option '{key}' (close takes only timeout)"
+        )));
     }
     let t = st.raw_get_str(2, "timeout");
     let n = st.to_number(-1);
