@@ -75,7 +75,7 @@ pub struct Pool {
     /// call in the steady state).
     spare_calls: Mutex<Spares>,
     /// Queue wait (submit to a state taking the call) and run time (start to end in the state)
-    /// of every call a state took, in nanoseconds.
+    /// of every call a state took, in clock ticks (2 x 16 KiB of counters).
     pub wait: Histogram,
     pub run: Histogram,
     /// Set by `close`: the pool leaves the registry of open pools.
