@@ -186,6 +186,8 @@ describe("pool:stats() counters", function()
     local gate = Gate.new()
     local pool = vmpool.new { core = 1, max_noncore = 1, idle_timeout = 0 }
     pool:compile("t", TIMED)
+    -- the core state was busy being created, but no call had it yet
+    assert.are.same({ 0, 0 }, { pool:stats().peak_busy, pool:stats().peak_waiting })
     local futures = {}
     for i = 1, 4 do futures[i] = pool:submit("t", "gate", gate.port) end
     gate:arrivals(2)

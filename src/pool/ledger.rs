@@ -198,10 +198,11 @@ impl Ledger {
             self.live_noncore += 1;
         }
         self.busy += 1;
-        self.note_busy();
         self.stats.created += 1;
     }
 
+    /// Raises the peak of busy states to what is busy now. Only where a call takes a state: the
+    /// core states being created by `new` are busy too, and would make every peak at least `core`.
     #[inline]
     fn note_busy(&mut self) {
         if self.busy > self.stats.peak_busy {
@@ -230,6 +231,7 @@ impl Ledger {
         if core || self.live_noncore < self.sizing.max_noncore {
             call.set_phase(ASSIGNED);
             self.open(core);
+            self.note_busy();
             return Ok(Reserved::Start { core });
         }
         if !self.sizing.blocking {
@@ -367,6 +369,7 @@ impl Ledger {
         }
         let next = self.take_queued(ASSIGNED)?;
         self.open(core);
+        self.note_busy();
         Some(next)
     }
 
