@@ -175,6 +175,7 @@ end
 local _, threads_before = rss_kb()
 if vmpool.memory().states ~= 0 then fail("%d states open before the soak's pool exists", vmpool.memory().states) end
 local pool = vmpool.new {
+  name = "soak", -- labels it in vmpool.metrics()
   core = 2,
   max_noncore = 2,
   idle_timeout = 0.05, -- non-core states come and go
@@ -337,15 +338,57 @@ local expect_counts = {
 for k, v in pairs(expect_counts) do
   if s[k] ~= v then fail("stats().%s = %d but callers saw %d", k, s[k], v) end
 end
+-- every call in exactly one outcome, the limits told apart from the other errors (issue 38)
+local partition = {
+  failed = seen.child_errors, time_limits = seen.time_limit, memory_limits = seen.memory_limit,
+}
+for k, v in pairs(partition) do
+  if s[k] ~= v then fail("stats().%s = %d but callers saw %d", k, s[k], v) end
+end
+if s.invokes ~= s.succeeded + s.failed + s.time_limits + s.memory_limits + s.rejected + s.timeouts + s.cancelled then
+  fail("outcomes do not partition the calls: %d invokes, %d + %d + %d + %d + %d + %d + %d", s.invokes, s.succeeded,
+    s.failed, s.time_limits, s.memory_limits, s.rejected, s.timeouts, s.cancelled)
+end
+-- every call a state took was timed once: the successes, the errors, and the calls interrupted
+-- while running (the cancelled ones that never started were not)
+if s.wait.count ~= s.run.count or s.run.count < s.succeeded + s.errors
+  or s.run.count > s.succeeded + s.errors + s.cancelled then
+  fail("latency counts: wait %d, run %d, for %d succeeded + %d errors (+ up to %d cancelled)", s.wait.count,
+    s.run.count, s.succeeded, s.errors, s.cancelled)
+end
+-- and vmpool.metrics() says the same: one outcome per call, none in flight
+do
+  local text = vmpool.metrics()
+  local by, total = {}, 0
+  for outcome, n in text:gmatch('\nvmpool_calls_total{pool="soak",outcome="([%w_]+)"} (%d+)') do
+    by[outcome] = tonumber(n)
+    total = total + tonumber(n)
+  end
+  local want = {
+    succeeded = s.succeeded, failed = s.failed, time_limit = s.time_limits, memory_limit = s.memory_limits,
+    refused = s.rejected, timed_out = s.timeouts, cancelled = s.cancelled,
+  }
+  for k, v in pairs(want) do
+    if by[k] ~= v then fail("vmpool_calls_total{outcome=%q} = %s, stats() says %d", k, tostring(by[k]), v) end
+  end
+  if total ~= s.invokes then fail("vmpool_calls_total sums to %d, stats().invokes = %d", total, s.invokes) end
+  if not text:find('\nvmpool_calls_in_flight{pool="soak"} 0\n', 1, true) then
+    fail("vmpool_calls_in_flight is not 0 at the end")
+  end
+  if not text:find(('\nvmpool_call_run_seconds_count{pool="soak"} %d\n'):format(s.run.count), 1, true) then
+    fail("vmpool_call_run_seconds_count is not stats().run.count = %d", s.run.count)
+  end
+end
 if s.busy ~= 0 or s.waiting ~= 0 then fail("busy %d, waiting %d at the end", s.busy, s.waiting) end
 if s.core + s.noncore ~= s.created - s.closed then
   fail("created %d - closed %d ~= live %d", s.created, s.closed, s.core + s.noncore)
 end
 print(("soak: %s, %.1fs, %d calls (%.0f/s): %d ok, %d child errors, %d time limit, %d memory limit, "
-  .. "%d rejected, %d acquire timeouts, %d cancelled; %d recompiles; states created %d, closed %d")
+  .. "%d rejected, %d acquire timeouts, %d cancelled; %d recompiles; states created %d, closed %d; "
+  .. "wait p50/p99/max %.6f/%.6f/%.6fs, run p50/p99/max %.6f/%.6f/%.6fs")
   :format(vmpool.runtime, elapsed, seen.calls, seen.calls / elapsed, seen.succeeded, seen.child_errors,
     seen.time_limit, seen.memory_limit, seen.rejected, seen.acquire_timeouts, seen.cancelled, seen.recompiles,
-    s.created, s.closed))
+    s.created, s.closed, s.wait.p50, s.wait.p99, s.wait.max, s.run.p50, s.run.p99, s.run.max))
 print(("soak: RSS after warm-up %d KiB, at the end %d KiB (%+.1f%%; information only, see the top)"):format(
   warm.rss, final.rss, (final.rss - warm.rss) * 100 / warm.rss))
 if heap_in_use then

@@ -10,6 +10,9 @@ pkgs="lua5.1 liblua5.1-0-dev lua5.2 liblua5.2-dev lua5.3 liblua5.3-dev lua5.4 li
 missing=""
 # lua-cjson: spec/null_spec.lua checks that JSON nulls cross between states
 pkgs="$pkgs lua-cjson"
+# python3-prometheus-client: the specs parse vmpool.metrics() with a real Prometheus text parser
+# (spec/metrics_spec.lua, spec/ngx/metrics_ngx.lua)
+pkgs="$pkgs python3-prometheus-client"
 # lua-luv and lua-cqueues (above): the event-loop adapters' specs (spec/luv_spec.lua, spec/cqueues_spec.lua);
 # neovim (0.7, LuaJIT): vmpool inside the editor through vim.loop (scripts/test-nvim.sh)
 pkgs="$pkgs neovim"

@@ -417,13 +417,22 @@ describe("messages keep their information", function()
     pool:close()
   end)
 
-  it("stats() fields are integers where Lua has them (5.3+)", function()
+  it("stats() counts are integers where Lua has them (5.3+), its latency figures seconds", function()
     with_pool({ core = 1 }, "return { f = function() end }", function(pool)
       pool:invoke("c", "f")
       local s = pool:stats()
       assert.are.equal("1", tostring(s.succeeded))
+      assert.are.equal("1", tostring(s.run.count))
       if math.type then
-        for k, v in pairs(s) do assert.are.equal("integer", math.type(v), k) end
+        for k, v in pairs(s) do
+          if k == "wait" or k == "run" then
+            for field, x in pairs(v) do
+              assert.are.equal(field == "count" and "integer" or "float", math.type(x), k .. "." .. field)
+            end
+          else
+            assert.are.equal("integer", math.type(v), k)
+          end
+        end
       end
     end)
   end)

@@ -13,7 +13,7 @@
 //! Whoever reaches DONE wakes the waiter (if one is parked on the call) and the subscribers (a
 //! scheduler's notifier, if the call was subscribed to one).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -91,6 +91,9 @@ pub struct Call {
     /// lock: the host pushes results into its Lua state, which can run finalizers that wait on
     /// this very call, so no lock may be held while it does.
     result: OnceLock<Result<Vec<u8>, Error>>,
+    /// When the call was submitted ([`crate::clock::now`] ticks), for the pool's `wait` figures.
+    /// Written before the call is handed over, read by the state that takes it.
+    pub submitted: AtomicU64,
 }
 
 impl Default for Call {
@@ -109,6 +112,7 @@ impl Default for Call {
                 items_done: 0,
             }),
             result: OnceLock::new(),
+            submitted: AtomicU64::new(0),
         }
     }
 }
@@ -127,6 +131,7 @@ impl Call {
         *self.state.get_mut() = NEW;
         *self.interrupt.get_mut() = false;
         *self.stop.get_mut() = false;
+        *self.submitted.get_mut() = 0;
         let d = self.data.get_mut();
         d.job = Job::Invoke;
         if let Some(Ok(results)) = self.result.take() {

@@ -61,6 +61,9 @@ pub struct Config {
     /// `require` in `init` finds what the host finds).
     pub package_path: Option<Vec<u8>>,
     pub package_cpath: Option<Vec<u8>>,
+    /// The name that labels the pool's series in `vmpool.metrics()`, unique among the open pools
+    /// of the process. Default: `pool-N`, N counting the pools the process created.
+    pub name: Option<String>,
 }
 
 impl Default for Config {
@@ -81,6 +84,7 @@ impl Default for Config {
             sched: Sched::Normal,
             package_path: None,
             package_cpath: None,
+            name: None,
         }
     }
 }

@@ -29,6 +29,9 @@
 //!   finishes.
 //! - [`shared`]: `vmpool.shared`, the process-wide dictionaries with `ngx.shared.DICT`'s API that
 //!   the host and every pool state reach (Lua side: `host/dict_api.rs`).
+//! - [`histogram`] and [`clock`]: the pools' latency figures (`pool:stats()`'s `wait` and `run`),
+//!   recorded by the workers without a lock; [`metrics`] writes them, the counts and the shared
+//!   dictionaries as Prometheus text (`vmpool.metrics()`).
 //! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
 //!   check at load time, and fork detection.
 //!
@@ -65,8 +68,10 @@ pub(crate) mod call;
 pub(crate) mod channel;
 pub(crate) mod child;
 pub(crate) mod chunk;
+pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod error;
+pub(crate) mod histogram;
 #[cfg_attr(not(feature = "module"), allow(dead_code))]
 pub(crate) mod host;
 pub(crate) mod int_hash;
@@ -74,6 +79,8 @@ pub(crate) mod int_hash;
 pub(crate) mod leak;
 pub(crate) mod lua;
 pub(crate) mod mailbox;
+#[cfg_attr(not(feature = "module"), allow(dead_code))]
+pub(crate) mod metrics;
 pub(crate) mod notify;
 pub(crate) mod pool;
 pub(crate) mod shared;

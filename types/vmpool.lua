@@ -28,6 +28,7 @@ local vmpool = {}
 ---@field jit? boolean LuaJIT only: whether children compile to machine code (true with a time_limit is refused). Default true, false with a time_limit; ignored elsewhere.
 ---@field nice? integer 0 to 19: the pool's threads run that much nicer than the thread that called vmpool.new (Linux; no effect in the portable build). Default 0; 10 for pools created inside nginx.
 ---@field sched? "normal"|"batch"|"idle" the scheduling class of the pool's threads: "normal" (the host's), "batch" (SCHED_BATCH) or "idle" (SCHED_IDLE: only CPU time no normal thread wants; an event loop that wakes preempts them at once). Linux; no effect in the portable build. Default "normal".
+---@field name? string The name that labels the pool's series in vmpool.metrics() (label pool), 1 to 128 bytes, unique among the open pools of the process. Default "pool-N".
 
 ---Creates a pool and its core states.
 ---Errors: a bad or unknown option, core = 0 with max_noncore = 0, a failing init, a limit the
@@ -44,6 +45,13 @@ function vmpool.clock() end
 ---state (exact when every state is idle).
 ---@return { states: integer, bytes: integer, blocks: integer }
 function vmpool.memory() end
+
+---The Prometheus text exposition (0.0.4) of every open pool of the process, every vmpool.shared
+---dictionary and the counters of the event-loop adapters loaded in this Lua state.
+---Errors: options that are not a table, an unknown option, a bad label name or value.
+---@param options? { labels?: table<string, string|number> } labels: put first on every series
+---@return string exposition
+function vmpool.metrics(options) end
 
 ---A named dictionary of the process with the API of ngx.shared.DICT, the same in the host and in
 ---every pool state. The same name returns the same dictionary.
@@ -204,9 +212,12 @@ function Pool:co_map(name, fn, list, options) end
 ---@return boolean removed true if there was such a chunk
 function Pool:unload(name) end
 
----The live picture and the counters since vmpool.new.
+---The live picture, the counters since vmpool.new, the peaks and the latency figures since the
+---last reset. With { reset = true }, the peaks and the latency figures start a new interval after
+---this reading (the counters keep counting). Errors: a bad options table.
+---@param options? { reset?: boolean }
 ---@return vmpool.Stats
-function Pool:stats() end
+function Pool:stats(options) end
 
 ---A full garbage collection in every idle state (busy ones are skipped), and the call records
 ---kept for reuse freed. Errors: a closed pool.
@@ -228,10 +239,28 @@ function Pool:close() end
 ---@field closed integer states closed since new
 ---@field invokes integer calls accepted for dispatch
 ---@field succeeded integer calls that returned
----@field errors integer calls that raised an error
----@field rejected integer calls refused (pool exhausted, queue full, closed)
----@field timeouts integer calls that timed out waiting for a state or ran past time_limit
----@field cancelled integer calls cancelled
+---@field errors integer calls that reached a state and failed, and queued calls failed by close()
+---@field rejected integer calls refused (pool exhausted, queue full)
+---@field timeouts integer calls that timed out waiting for a state (acquire_timeout)
+---@field cancelled integer calls cancelled before they started or interrupted while running
+---@field failed integer errors other than a limit (errors = failed + time_limits + memory_limits)
+---@field time_limits integer calls stopped by time_limit
+---@field memory_limits integer calls whose state ran past memory_limit
+---@field idle_closed integer non-core states closed for being idle (counted in closed too)
+---@field peak_busy integer most states busy at once since the last reset
+---@field peak_waiting integer most calls queued at once since the last reset
+---@field wait vmpool.Latency queue wait: submit to a state taking the call, since the last reset
+---@field run vmpool.Latency run time: start to end in the state, since the last reset
+
+---Seconds (count: calls); percentiles are the top of their bucket (at most 3.1% above the true value).
+---@class vmpool.Latency
+---@field count integer calls measured
+---@field sum number seconds, all calls
+---@field max number seconds, the longest
+---@field p50 number seconds
+---@field p90 number seconds
+---@field p99 number seconds
+---@field p999 number seconds
 
 ---The pending result of pool:submit.
 ---@class vmpool.Future

@@ -25,9 +25,61 @@ local function pool()
   return vmpool.ngx.pool("app")
 end
 
+-- Metrics for Prometheus. Each worker process has its own pools, so each publishes its exposition
+-- (vmpool.metrics, every series labelled worker="N") into the lua_shared_dict vmpool_metrics,
+-- at start and then every METRICS_INTERVAL seconds; GET /metrics serves every worker's, merged into
+-- one exposition (each family's # HELP and # TYPE once, then the samples of every worker), which
+-- is what Prometheus expects of one target. An entry lives 5 intervals: a worker that is gone
+-- (reload, crash) drops out; its successor, with the same id, takes its place.
+app.METRICS_INTERVAL = 1
+
+local function publish()
+  local dict = ngx.shared.vmpool_metrics
+  if not dict then
+    return nil, "no lua_shared_dict vmpool_metrics in nginx.conf"
+  end
+  local id = ngx.worker.id()
+  local text = vmpool.metrics { labels = { worker = id } }
+  return dict:set("worker:" .. id, text, app.METRICS_INTERVAL * 5)
+end
+
+-- Expositions merged: families in the order first seen, each with its samples from every text.
+local function merge(texts)
+  local order, families = {}, {}
+  for _, text in ipairs(texts) do
+    local family
+    for line in text:gmatch("[^\n]+") do
+      local kind, name = line:match("^# (%u+) (%S+)")
+      if kind then
+        family = families[name]
+        if not family then
+          family = { samples = {} }
+          families[name] = family
+          order[#order + 1] = name
+        end
+        family[kind] = family[kind] or line
+      elseif family then
+        family.samples[#family.samples + 1] = line
+      end
+    end
+  end
+  local out = {}
+  for _, name in ipairs(order) do
+    local f = families[name]
+    out[#out + 1] = f.HELP
+    out[#out + 1] = f.TYPE
+    for _, sample in ipairs(f.samples) do
+      out[#out + 1] = sample
+    end
+  end
+  out[#out + 1] = ""
+  return table.concat(out, "\n")
+end
+
 function app.init_worker()
   local p = vmpool.ngx.pool("app", function()
-    local new = vmpool.new { core = 2, max_noncore = 2 }
+    -- name: the label pool="app" in /metrics
+    local new = vmpool.new { name = "app", core = 2, max_noncore = 2 }
     new:compile("app", CHILD)
     return new
   end)
@@ -36,6 +88,18 @@ function app.init_worker()
   app.warmup = p:co_invoke("app", "hello", "init_worker")
   -- start the light thread that wakes waiting requests now, not on the first request
   vmpool.ngx.init_worker()
+  local ok, err = publish()
+  if not ok then
+    ngx.log(ngx.ERR, "vmpool metrics: cannot publish this worker's: ", err)
+  end
+  ngx.timer.every(app.METRICS_INTERVAL, function(premature)
+    if not premature then
+      local done, why = publish()
+      if not done then
+        ngx.log(ngx.ERR, "vmpool metrics: cannot publish this worker's: ", why)
+      end
+    end
+  end)
 end
 
 function app.exit_worker()
@@ -93,6 +157,20 @@ function app.stats()
   for _, k in ipairs { "pid", "light_thread", "waiting", "waits", "wakeups", "completions", "dropped", "timeouts" } do
     ngx.say("ngx.", k, " ", tostring(a[k]))
   end
+end
+
+-- GET /metrics: every worker's metrics in the Prometheus text format (this worker's as of now)
+function app.metrics()
+  publish()
+  local dict = ngx.shared.vmpool_metrics
+  local keys = dict:get_keys(0)
+  table.sort(keys)
+  local texts = {}
+  for _, key in ipairs(keys) do
+    texts[#texts + 1] = dict:get(key)
+  end
+  ngx.header.content_type = "text/plain; version=0.0.4; charset=utf-8"
+  ngx.print(merge(texts))
 end
 
 return app

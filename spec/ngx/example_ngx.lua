@@ -63,7 +63,7 @@ describe("examples/openresty copied out of the repository", function()
       H.sh("cd " .. H.quote(dir) .. " && ./run.sh stop")
     end
     assert(ok, err)
-    assert.are.equal(5, checked)
+    assert.are.equal(6, checked)
     assert.is_truthy(table.concat(ran, "\n"):find("./run.sh stop", 1, true))
     assert.is_falsy(pid and H.alive(pid), "nginx still runs after ./run.sh stop")
   end)

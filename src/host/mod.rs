@@ -15,6 +15,7 @@ pub mod dict_ffi;
 pub mod future_api;
 pub mod map_api;
 pub mod map_run;
+pub mod metrics_api;
 pub mod ngx_state_api;
 pub mod notifier_api;
 pub mod options;
@@ -119,6 +120,7 @@ const FUNCTIONS: Methods = &[
     ("_ngx_state", ngx_state_api::ngx_state),
     ("clock", clock),
     ("memory", pool_api::memory),
+    ("_metrics", metrics_api::metrics),
     ("_notifier", notifier_api::new_notifier),
     ("_map", map_api::new_map),
     ("_yieldable", yieldable::yieldable),

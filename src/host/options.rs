@@ -23,6 +23,7 @@ const KNOWN: &[&str] = &[
     "jit",
     "nice",
     "sched",
+    "name",
 ];
 
 /// Largest integer option accepted (besides `math.huge`): every integer up to it is exact in a
@@ -49,6 +50,26 @@ fn max_threads() -> usize {
         .min()
         .unwrap_or(usize::MAX)
         .min(MAX_COUNT)
+}
+
+/// The first key of the table at `idx` that is not `known`, as an option error names it (the
+/// string, or "a number key"); `None` if every key is `known`. The options tables of `close`,
+/// `stats` and `vmpool.metrics` take one option each.
+pub fn unknown_key(st: State, idx: c_int, known: &str) -> Option<String> {
+    st.push_nil();
+    while st.next(idx) {
+        if !(st.type_of(-2) == TSTRING && st.to_bytes(-2) == Some(known.as_bytes())) {
+            let key = if st.type_of(-2) == TSTRING {
+                String::from_utf8_lossy(st.to_bytes(-2).unwrap_or_default()).into_owned()
+            } else {
+                format!("a {} key", st.type_name(-2))
+            };
+            st.pop(2);
+            return Some(key);
+        }
+        st.pop(1);
+    }
+    None
 }
 
 /// Reads the options at `idx` (a table, or nil/none for the defaults).
@@ -143,6 +164,7 @@ fn read_fields(st: State, t: c_int, cfg: &mut Config) -> Result<(), Error> {
             "jit" => cfg.jit = v.boolean()?,
             "nice" => cfg.nice = v.niceness()?,
             "sched" => cfg.sched = v.sched()?,
+            "name" => cfg.name = Some(v.name()?),
             _ => unreachable!("checked against KNOWN"),
         }
         st.pop(1);
@@ -257,6 +279,24 @@ impl Field<'_> {
                     if got.len() > 40 { "..." } else { "" }
                 ))
             })
+    }
+
+    /// `name`: 1 to 128 bytes of UTF-8 text.
+    fn name(&self) -> Result<String, Error> {
+        let bytes = match self.st.to_bytes(-1) {
+            Some(b) if self.st.type_of(-1) == TSTRING => b,
+            _ => return Err(self.wrong("a string (the name that labels the pool's metrics)")),
+        };
+        match std::str::from_utf8(bytes) {
+            Ok(s) if !s.is_empty() && s.len() <= 128 => Ok(s.to_string()),
+            _ => {
+                Err(Error::BadArgument(format!(
+                "option 'name' to vmpool.new must be 1 to 128 bytes of UTF-8 text (got {} bytes{})",
+                bytes.len(),
+                if std::str::from_utf8(bytes).is_ok() { "" } else { " that are not UTF-8" }
+            )))
+            }
+        }
     }
 
     fn boolean(&self) -> Result<bool, Error> {

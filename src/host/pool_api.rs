@@ -17,6 +17,7 @@ use crate::pool::Pool;
 use crate::value;
 use crate::Error;
 
+#[inline]
 fn handle<'a>(st: State) -> Result<&'a mut PoolHandle, Error> {
     userdata::get::<PoolHandle>(st, 1)
         .and_then(|b| b.get())
@@ -130,11 +131,22 @@ fn submit_impl(st: State) -> Result<c_int, Error> {
 }
 
 crate::lua_function!(pub fn stats => stats_impl);
+/// `pool:stats([{ reset = true }])`: the counts, the peaks and the latency figures (see the
+/// README); with `reset`, the peaks and the latency figures start a new interval after this
+/// reading (the counters and `vmpool.metrics()` never go back).
 fn stats_impl(st: State) -> Result<c_int, Error> {
     let h = handle(st)?;
     h.pool.check_process()?;
-    let s = h.pool.stats();
-    let fields: [(&str, u64); 14] = [
+    let reset = stats_reset(st)?;
+    let s = h.pool.stats_reset(reset);
+    let latency = [
+        (
+            "wait",
+            h.pool.wait.snapshot(reset).nanos(crate::clock::nanos),
+        ),
+        ("run", h.pool.run.snapshot(reset).nanos(crate::clock::nanos)),
+    ];
+    let fields: [(&str, u64); 20] = [
         ("core", s.core as u64),
         ("noncore", s.noncore as u64),
         ("idle", s.idle as u64),
@@ -143,21 +155,83 @@ fn stats_impl(st: State) -> Result<c_int, Error> {
         ("threads", s.threads as u64),
         ("created", s.created),
         ("closed", s.closed),
+        ("idle_closed", s.idle_closed),
         ("invokes", s.invokes),
         ("succeeded", s.succeeded),
         ("errors", s.errors),
+        ("failed", s.failed),
+        ("time_limits", s.time_limits),
+        ("memory_limits", s.memory_limits),
         ("rejected", s.rejected),
         ("timeouts", s.timeouts),
         ("cancelled", s.cancelled),
+        ("peak_busy", s.peak_busy as u64),
+        ("peak_waiting", s.peak_waiting as u64),
     ];
+    st.set_top(0);
     protected(st, 0, || "building the stats table".into(), &mut |st| {
-        st.create_table(0, fields.len() as c_int);
+        st.create_table(0, fields.len() as c_int + 2);
         for &(k, v) in &fields {
             st.push_integer(v as i64);
             st.raw_set_str(-2, k);
         }
+        for (name, l) in &latency {
+            st.create_table(0, 7);
+            st.push_integer(l.count as i64);
+            st.raw_set_str(-2, "count");
+            for (k, ns) in [
+                ("sum", l.sum),
+                ("max", l.max),
+                ("p50", l.p50),
+                ("p90", l.p90),
+                ("p99", l.p99),
+                ("p999", l.p999),
+            ] {
+                st.push_number(ns as f64 * 1e-9);
+                st.raw_set_str(-2, k);
+            }
+            st.raw_set_str(-2, name);
+        }
         1
     })
+}
+
+/// `pool:stats{ reset = true }`: false without a table or without the field.
+fn stats_reset(st: State) -> Result<bool, Error> {
+    use crate::lua::{TBOOLEAN, TNIL, TNONE, TTABLE};
+    let bad = |what: String| {
+        Error::BadArgument(format!(
+            "bad argument #1 to 'stats': {what} (pass nothing, or {{ reset = true }} to start a new interval)"
+        ))
+    };
+    match st.type_of(2) {
+        TNIL | TNONE => return Ok(false),
+        TTABLE => {}
+        _ => {
+            return Err(bad(format!(
+                "expected an options table, got {}",
+                st.type_name(2)
+            )))
+        }
+    }
+    if !st.check_stack(3) {
+        return Err(Error::no_stack("reading the options of stats"));
+    }
+    if let Some(key) = crate::host::options::unknown_key(st, 2, "reset") {
+        return Err(bad(format!(
+            "unknown option '{key}' (stats takes only reset)"
+        )));
+    }
+    let t = st.raw_get_str(2, "reset");
+    let reset = st.to_boolean(-1);
+    st.pop(1);
+    match t {
+        TNIL | TBOOLEAN => Ok(reset),
+        _ => Err(bad(format!(
+            "reset must be a boolean, got {}",
+            crate::lua::type_name(t)
+        ))),
+    }
 }
 
 crate::lua_function!(pub fn collect => collect_impl);
@@ -239,21 +313,10 @@ fn close_timeout(st: State) -> Result<Option<std::time::Duration>, Error> {
             )))
         }
     }
-    st.push_nil();
-    while st.next(2) {
-        let known = st.type_of(-2) == crate::lua::TSTRING && st.to_bytes(-2) == Some(b"timeout");
-        if !known {
-            let key = if st.type_of(-2) == crate::lua::TSTRING {
-                String::from_utf8_lossy(st.to_bytes(-2).unwrap_or_default()).into_owned()
-            } else {
-                format!("a {} key", st.type_name(-2))
-            };
-            st.pop(2);
-            return Err(bad(format!(
-                "unknown option '{key}' (close takes only timeout)"
-            )));
-        }
-        st.pop(1);
+    if let Some(key) = crate::host::options::unknown_key(st, 2, "timeout") {
+        return Err(bad(format!(
+            "unknown option '{key}' (close takes only timeout)"
+        )));
     }
     let t = st.raw_get_str(2, "timeout");
     let n = st.to_number(-1);

@@ -414,6 +414,9 @@ if type(jit) == "table" then -- luacheck: ignore 113
   end
 end
 
+-- The event-loop adapters loaded in this Lua state, by name (for vmpool.metrics).
+local adapters_loaded = {}
+
 -- The event-loop adapters, compiled into the library: `require "vmpool.luv"` and `require
 -- "vmpool.cqueues"` find them here (or, before vmpool is loaded, through the library's
 -- luaopen_vmpool_luv / luaopen_vmpool_cqueues, which load vmpool and then come here).
@@ -422,9 +425,25 @@ if type(package) == "table" and type(package.preload) == "table" then
   for name, source in pairs { luv = native._luv_source, cqueues = native._cqueues_source } do
     local module = "vmpool." .. name
     package.preload[module] = function()
-      return assert(load_text(source, "=vmpool/" .. name .. ".lua"))(M, native, add_loop, shared)
+      local adapter = assert(load_text(source, "=vmpool/" .. name .. ".lua"))(M, native, add_loop, shared)
+      adapters_loaded[name] = adapter
+      return adapter
     end
   end
+end
+
+--- vmpool.metrics([options]): the Prometheus text exposition of every open pool of the process,
+--- every vmpool.shared dictionary, and the counters of the adapters loaded in this Lua state
+--- (src/metrics.rs; options: labels, checked natively).
+function M.metrics(options)
+  local stats = {}
+  for name, adapter in pairs(adapters_loaded) do
+    stats[name] = adapter.stats()
+  end
+  if M.ngx then
+    stats.ngx = M.ngx.stats()
+  end
+  return native._metrics(options, stats)
 end
 
 return M

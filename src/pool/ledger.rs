@@ -15,8 +15,9 @@
 //! ([`Ledger::expire`]) or when the pool closes.
 //!
 //! Invariants, with nothing in flight: `live_core + live_noncore = idle + busy`,
-//! `created - closed = live_core + live_noncore`, and `invokes = succeeded + errors + rejected +
-//! timeouts + cancelled`. The unit tests below check them without threads.
+//! `created - closed = live_core + live_noncore`, `invokes = succeeded + errors + rejected +
+//! timeouts + cancelled` and `errors = failed + time_limits + memory_limits`. The unit tests below
+//! check them without threads.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -44,14 +45,25 @@ pub struct Stats {
     pub invokes: u64,
     pub succeeded: u64,
     /// Calls that reached a state and failed (child errors, time and memory limits), and queued
-    /// calls failed by `close()`.
+    /// calls failed by `close()`: `failed + time_limits + memory_limits`.
     pub errors: u64,
+    /// Errors other than a limit.
+    pub failed: u64,
+    /// Calls stopped by `time_limit`.
+    pub time_limits: u64,
+    /// Calls whose state ran past `memory_limit`.
+    pub memory_limits: u64,
     /// Refused at submit: pool exhausted (`blocking = false`) or queue full (`max_waiting`).
     pub rejected: u64,
     /// Queued calls that waited longer than `acquire_timeout`.
     pub timeouts: u64,
     /// Calls cancelled before they started, or interrupted while running.
     pub cancelled: u64,
+    /// Non-core states closed for being idle (past `idle_timeout`, or at once with 0); in `closed`.
+    pub idle_closed: u64,
+    /// The most states busy, and calls queued, at once since the last reset of the peaks.
+    pub peak_busy: usize,
+    pub peak_waiting: usize,
 }
 
 /// How a call that reached a state ended, for the counters.
@@ -59,6 +71,8 @@ pub struct Stats {
 pub enum Ended {
     Succeeded,
     Failed,
+    TimeLimit,
+    MemoryLimit,
     /// `fut:cancel()` interrupted the call while it ran.
     Interrupted,
     /// Nothing to count: the call was cancelled before it ran (`cancel` counted it), it was a
@@ -71,8 +85,19 @@ impl Ended {
         match outcome {
             Outcome::Collected => Ended::Uncounted,
             Outcome::Err(Error::Cancelled) => Ended::Interrupted,
-            Outcome::Err(_) => Ended::Failed,
+            Outcome::Err(e) => match e {
+                Error::MapItem { cause, .. } => Ended::of_error(cause),
+                e => Ended::of_error(e),
+            },
             _ => Ended::Succeeded,
+        }
+    }
+
+    fn of_error(e: &Error) -> Ended {
+        match e {
+            Error::TimeLimit { .. } => Ended::TimeLimit,
+            Error::MemoryLimit { .. } => Ended::MemoryLimit,
+            _ => Ended::Failed,
         }
     }
 }
@@ -176,6 +201,15 @@ impl Ledger {
         self.stats.created += 1;
     }
 
+    /// Raises the peak of busy states to what is busy now. Only where a call takes a state: the
+    /// core states being created by `new` are busy too, and would make every peak at least `core`.
+    #[inline]
+    fn note_busy(&mut self) {
+        if self.busy > self.stats.peak_busy {
+            self.stats.peak_busy = self.busy;
+        }
+    }
+
     /// Finds a place for a submitted call (see the rules at the top) and sets its phase.
     pub fn reserve(&mut self, call: &Arc<Call>) -> Result<Reserved, Error> {
         if self.closed {
@@ -188,6 +222,7 @@ impl Ledger {
         };
         if let Some(mailbox) = idle {
             self.busy += 1;
+            self.note_busy();
             call.set_phase(ASSIGNED);
             return Ok(Reserved::Idle(mailbox));
         }
@@ -196,6 +231,7 @@ impl Ledger {
         if core || self.live_noncore < self.sizing.max_noncore {
             call.set_phase(ASSIGNED);
             self.open(core);
+            self.note_busy();
             return Ok(Reserved::Start { core });
         }
         if !self.sizing.blocking {
@@ -216,6 +252,7 @@ impl Ledger {
         let first = self.waiting_live == 0;
         self.waiting.push_back(call.clone());
         self.waiting_live += 1;
+        self.stats.peak_waiting = self.stats.peak_waiting.max(self.waiting_live);
         Ok(Reserved::Queued {
             first_deadline: deadline.filter(|_| first),
         })
@@ -240,7 +277,18 @@ impl Ledger {
     fn count(&mut self, ended: Ended) {
         match ended {
             Ended::Succeeded => self.stats.succeeded += 1,
-            Ended::Failed => self.stats.errors += 1,
+            Ended::Failed => {
+                self.stats.errors += 1;
+                self.stats.failed += 1;
+            }
+            Ended::TimeLimit => {
+                self.stats.errors += 1;
+                self.stats.time_limits += 1;
+            }
+            Ended::MemoryLimit => {
+                self.stats.errors += 1;
+                self.stats.memory_limits += 1;
+            }
             Ended::Interrupted => self.stats.cancelled += 1,
             Ended::Uncounted => {}
         }
@@ -287,6 +335,9 @@ impl Ledger {
         self.busy -= 1;
         let close_now = self.closed || (!core && self.sizing.idle_timeout == Some(Duration::ZERO));
         if close_now {
+            if !self.closed {
+                self.stats.idle_closed += 1;
+            }
             self.close_state(core);
             return (Next::Exit, None);
         }
@@ -318,6 +369,7 @@ impl Ledger {
         }
         let next = self.take_queued(ASSIGNED)?;
         self.open(core);
+        self.note_busy();
         Some(next)
     }
 
@@ -366,6 +418,7 @@ impl Ledger {
                 }
                 if let Some((mb, _)) = self.idle_noncore.pop_front() {
                     self.close_state(false);
+                    self.stats.idle_closed += 1;
                     to_close.push(mb);
                 }
             }
@@ -381,7 +434,7 @@ impl Ledger {
         self.closed = true;
         let mut queued = Vec::new();
         while let Some(call) = self.take_queued(CLAIMED) {
-            self.stats.errors += 1;
+            self.count(Ended::Failed);
             queued.push(call);
         }
         self.waiting.clear();
@@ -406,6 +459,12 @@ impl Ledger {
         idle.extend(self.idle_noncore.drain(..).map(|(mb, _)| mb));
         self.busy += idle.len();
         idle
+    }
+
+    /// Starts a new interval for the peaks: they become what is busy and queued now.
+    pub fn reset_peaks(&mut self) {
+        self.stats.peak_busy = self.busy;
+        self.stats.peak_waiting = self.waiting_live;
     }
 
     /// The counters and the live picture (`threads` is the thread registry's: left 0).
@@ -450,6 +509,11 @@ mod tests {
         let s = l.stats();
         assert_eq!(s.core + s.noncore, s.idle + s.busy, "{s:?}");
         assert_eq!(s.created - s.closed, (s.core + s.noncore) as u64, "{s:?}");
+        assert_eq!(
+            s.errors,
+            s.failed + s.time_limits + s.memory_limits,
+            "{s:?}"
+        );
         s
     }
 
@@ -662,5 +726,80 @@ mod tests {
         }
         let s = balanced(&l);
         assert_eq!((s.invokes, s.idle, s.busy), (0, 2, 0));
+    }
+
+    #[test]
+    fn limits_are_errors_counted_by_kind_and_peaks_restart_from_now() {
+        let mut l = ledger(2, 0, 8);
+        let mbs = with_ready_core(&mut l, 2);
+        let calls: Vec<_> = (0..4).map(|_| Arc::new(Call::default())).collect();
+        for c in &calls {
+            l.reserve(c).ok();
+        }
+        assert_eq!((l.stats().peak_busy, l.stats().peak_waiting), (2, 2));
+        let limit = |e| {
+            Ended::of(&Outcome::Err(Error::MapItem {
+                index: 1,
+                chunk: "c".into(),
+                function: "f".into(),
+                cause: Box::new(e),
+            }))
+        };
+        let time = limit(Error::TimeLimit {
+            chunk: "c".into(),
+            function: "f".into(),
+            seconds: 1.0,
+            not_replaced: None,
+        });
+        assert_eq!(time, Ended::TimeLimit);
+        l.release(&mbs[0], true, time, Instant::now);
+        l.reset_peaks();
+        assert_eq!((l.stats().peak_busy, l.stats().peak_waiting), (2, 1));
+        let memory = Ended::of(&Outcome::Err(Error::MemoryLimit {
+            chunk: "c".into(),
+            function: "f".into(),
+            bytes: 1,
+            not_replaced: None,
+        }));
+        l.release(&mbs[1], true, memory, Instant::now);
+        l.release(
+            &mbs[0],
+            true,
+            Ended::of(&Outcome::Err(Error::Stopped)),
+            Instant::now,
+        );
+        l.release(&mbs[1], true, Ended::Succeeded, Instant::now);
+        let s = balanced(&l);
+        assert_eq!(
+            (
+                s.errors,
+                s.failed,
+                s.time_limits,
+                s.memory_limits,
+                s.succeeded
+            ),
+            (3, 1, 1, 1, 1)
+        );
+        assert_eq!(s.invokes, s.succeeded + s.errors);
+    }
+
+    #[test]
+    fn idle_closes_are_counted_apart_from_closes_at_close() {
+        let mut l = ledger(1, 2, 8);
+        let mbs = with_ready_core(&mut l, 1);
+        l.reserve(&Arc::new(Call::default())).ok();
+        let nc = Arc::new(Mailbox::default());
+        assert!(matches!(
+            l.reserve(&Arc::new(Call::default())),
+            Ok(Reserved::Start { core: false })
+        ));
+        let t0 = Instant::now();
+        l.release(&nc, false, Ended::Succeeded, || t0);
+        let (_, closed, _) = l.expire(t0 + Duration::from_secs(2));
+        assert_eq!(closed.len(), 1);
+        l.release(&mbs[0], true, Ended::Succeeded, Instant::now);
+        l.close();
+        let s = balanced(&l);
+        assert_eq!((s.idle_closed, s.closed), (1, 2));
     }
 }

@@ -4,7 +4,12 @@
 //! - [`ledger`]: the counts (which states exist, which are idle, which calls wait, the counters of
 //!   `stats()`) and the only code that changes them;
 //! - [`worker`]: the thread that owns one state, and the registry of those threads;
-//! - [`housekeeper`]: the idle check (acquire timeouts, idle non-core states, joining threads).
+//! - [`housekeeper`]: the idle check (acquire timeouts, idle non-core states, joining threads);
+//! - [`registry`]: the open pools of the process by name, for `vmpool.metrics()`.
+//!
+//! Besides the counts, each pool keeps two latency histograms ([`crate::histogram`]) that its
+//! workers record into without the lock: `wait` (submit to a state taking the call) and `run`
+//! (start to end in the state), from three clock reads per call ([`crate::clock`]).
 //!
 //! Everything is guarded by one mutex, held only for a few instructions per call (reserve on
 //! submit, release when a worker finishes); Lua code never runs under it. What the ledger decides
@@ -13,10 +18,11 @@
 
 pub mod housekeeper;
 pub mod ledger;
+pub mod registry;
 pub mod worker;
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -25,6 +31,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use crate::call::{Call, Outcome};
 use crate::chunk::Chunks;
 use crate::config::Config;
+use crate::histogram::Histogram;
 use crate::mailbox::Mailbox;
 use crate::Error;
 use housekeeper::Housekeeper;
@@ -67,6 +74,14 @@ pub struct Pool {
     /// Finished calls given back by dropped futures, for the host to reuse (no allocation per
     /// call in the steady state).
     spare_calls: Mutex<Spares>,
+    /// Queue wait (submit to a state taking the call) and run time (start to end in the state)
+    /// of every call a state took, in clock ticks (2 x 16 KiB of counters).
+    pub wait: Histogram,
+    pub run: Histogram,
+    /// Set by `close`: the pool leaves the registry of open pools.
+    closed: AtomicBool,
+    /// The name that labels its metrics (set by [`registry::register`]).
+    name: OnceLock<String>,
 }
 
 /// The spare calls and the bytes their buffers hold.
@@ -99,6 +114,7 @@ impl Pool {
     /// Creates the pool and its core states; fails (leaving nothing running) if a state cannot
     /// be created or `init` fails.
     pub fn new(config: Config) -> Result<Arc<Pool>, Error> {
+        crate::clock::init();
         let core = config.core;
         let pool = Arc::new(Pool {
             inner: Mutex::new(Inner {
@@ -118,8 +134,16 @@ impl Pool {
             host_cpu: std::sync::atomic::AtomicI32::new(-1),
             several_cpus: crate::sys::available_cpus() > 1,
             spare_calls: Mutex::new(Spares::default()),
+            wait: Histogram::default(),
+            run: Histogram::default(),
+            closed: AtomicBool::new(false),
+            name: OnceLock::new(),
         });
-        housekeeper::start(&pool)?;
+        registry::register(&pool)?;
+        if let Err(e) = housekeeper::start(&pool) {
+            pool.closed.store(true, Ordering::Relaxed);
+            return Err(e);
+        }
 
         let latch = Arc::new(worker::Latch::new(core));
         let mut spawn_error = None;
@@ -139,6 +163,16 @@ impl Pool {
             return Err(e);
         }
         Ok(pool)
+    }
+
+    /// The name that labels its metrics.
+    pub fn name(&self) -> &str {
+        self.name.get().map_or("", |s| s.as_str())
+    }
+
+    /// Whether `close` has begun.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Relaxed)
     }
 
     /// Records the CPU of a host thread about to wait for a result.
@@ -259,6 +293,8 @@ impl Pool {
     /// all are filed: a worker woken by the first call would otherwise run it and go back to
     /// sleep (often on the submitter's CPU, preempting it) before the next one is queued.
     pub fn submit_later(self: &Arc<Pool>, call: Arc<Call>) -> Result<Option<Posting>, Error> {
+        call.submitted
+            .store(crate::clock::now(), std::sync::atomic::Ordering::Relaxed);
         let mut g = self.inner.lock();
         match g.ledger.reserve(&call)? {
             Reserved::Idle(mailbox) => {
@@ -326,9 +362,17 @@ impl Pool {
     }
 
     pub fn stats(&self) -> Stats {
-        let g = self.inner.lock();
+        self.stats_reset(false)
+    }
+
+    /// [`Pool::stats`]; with `reset`, the peaks start again from what is busy and queued now.
+    pub fn stats_reset(&self, reset: bool) -> Stats {
+        let mut g = self.inner.lock();
         let mut s = g.ledger.stats();
         s.threads = g.threads.unjoined();
+        if reset {
+            g.ledger.reset_peaks();
+        }
         s
     }
 
@@ -364,6 +408,7 @@ impl Pool {
         }
         let deadline = crate::call::deadline_after(timeout);
         let mut g = self.inner.lock();
+        self.closed.store(true, Ordering::Relaxed);
         if let Some(ledger::Closing { queued, idle }) = g.ledger.close() {
             for mb in idle {
                 mb.request_exit();

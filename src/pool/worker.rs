@@ -231,6 +231,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
     let spin = AdaptiveSpin::new(JOB_SPIN, true);
     let spread = crate::sys::available_cpus() > 1;
     let mut last_move: Option<Instant> = None;
+    let tsc = crate::clock::is_tsc();
     loop {
         let call = match next.take() {
             Some(call) => call,
@@ -244,11 +245,24 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         }
         // queued calls arrive already RUNNING; posted ones are claimed here (or were cancelled)
         let runnable = call.phase() == RUNNING || call.transition(ASSIGNED, RUNNING);
+        // calls are timed from their submission (0 for a collection, which is not a call)
+        let submitted = call.submitted.load(Ordering::Relaxed);
+        let start = if runnable && submitted != 0 {
+            let start = crate::clock::now_with(tsc);
+            pool.wait.record(start.saturating_sub(submitted));
+            Some(start)
+        } else {
+            None
+        };
         let (outcome, replace) = if runnable {
             child.run(&pool.chunks, &call)
         } else {
             (Outcome::Pending, false)
         };
+        if let Some(start) = start {
+            pool.run
+                .record(crate::clock::now_with(tsc).saturating_sub(start));
+        }
         let ended = if runnable {
             Ended::of(&outcome)
         } else {

@@ -116,6 +116,8 @@ pub struct Dict {
     ticks: AtomicU64,
     /// Added to the monotonic clock: lets tests move a dictionary's time forward (`_advance`).
     skew: AtomicU64,
+    /// Entries removed to make room for a write (`vmpool.metrics()`).
+    evictions: AtomicU64,
 }
 
 impl Dict {
@@ -142,6 +144,7 @@ impl Dict {
             slab: Mutex::new(Slab::new(capacity, name_len)),
             ticks: AtomicU64::new(0),
             skew: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
         }
     }
 
@@ -151,6 +154,16 @@ impl Dict {
 
     pub fn shard_count(&self) -> usize {
         self.shards.len()
+    }
+
+    /// Entries stored, expired ones not yet removed included.
+    pub fn items(&self) -> usize {
+        self.shards.iter().map(|s| s.map.read().len()).sum()
+    }
+
+    /// Entries removed to make room for a write since the dictionary was created.
+    pub fn evictions(&self) -> u64 {
+        self.evictions.load(Ordering::Relaxed)
     }
 
     /// Bytes in whole free pages, as ngx counts them: room for new entries of a size class

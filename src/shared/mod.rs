@@ -118,6 +118,18 @@ pub fn open(name: &str, opts: Options) -> Result<Arc<Named>, Error> {
     Ok(d)
 }
 
+/// Every dictionary of this process (none inherited through `fork()`), by name.
+pub fn all() -> Vec<Arc<Named>> {
+    let guard = REGISTRY.lock();
+    let generation = crate::sys::fork_generation();
+    let mut all: Vec<Arc<Named>> = match guard.as_ref() {
+        Some(reg) if reg.generation == generation => reg.dicts.values().cloned().collect(),
+        _ => Vec::new(),
+    };
+    all.sort_by(|a, b| a.name.cmp(&b.name));
+    all
+}
+
 /// Parses a capacity given as a string the way nginx's `lua_shared_dict` reads sizes: a number
 /// of bytes with an optional `k` or `m` suffix (`"10m"`, `"512k"`); also `g`.
 pub fn parse_size(s: &str) -> Option<usize> {

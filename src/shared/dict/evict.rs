@@ -84,9 +84,11 @@ impl Dict {
         let mut held = Some((own, map));
         let mut forcible = false;
         for _ in 0..MAX_EVICTIONS {
-            if self.evict(&mut held, now) == 0 {
+            let freed = self.evict(&mut held, now);
+            if freed == 0 {
                 break;
             }
+            self.evictions.fetch_add(freed as u64, Ordering::Relaxed);
             forcible = true;
             if let Some(b) = self.alloc(size) {
                 return Ok((b, true));

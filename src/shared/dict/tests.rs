@@ -77,6 +77,7 @@ fn full_dictionaries_evict_the_least_recently_used_entry() {
         assert!(w.forcible);
         assert!(got(&d, "k1").is_none(), "{shards} shards");
         assert!(got(&d, "k0").is_some() && got(&d, "k2").is_some() && got(&d, "k3").is_some());
+        assert_eq!((d.evictions(), d.items()), (1, 3), "{shards} shards");
         assert!(
             d.store(Mode::Set, false, b"k4", Some(page()), 0, 0)
                 .unwrap()
