@@ -20,7 +20,7 @@ use super::Dict;
 use crate::shared::slab::Block;
 
 /// The shard a caller holds locked, and its map.
-pub(super) type Held<'a, 'm> = Option<(usize, &'a mut Map)>;
+pub(super) type Held<'a> = Option<(usize, &'a mut Map)>;
 
 /// Second chances one eviction gives before it takes the oldest entry whatever its mark: a pass
 /// clears every mark, but readers on other threads can mark entries again as fast as it goes.
