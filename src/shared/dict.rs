@@ -7,8 +7,8 @@
 //! lock, and no operation holds a lock for longer than one entry's work (the whole-dictionary
 //! operations lock one shard at a time). Reads (`get`, `get_stale`, `ttl`, `llen`, `get_keys`)
 //! share the lock: instead of moving the entry to the front, which is a write, a read sets the
-//! entry's `referenced` bit, and so does a write that rewrites an entry in place (a value of the
-//! same size class, `incr`); eviction gives a referenced entry a second chance (the CLOCK
+//! entry's `referenced` bit, and so does a write that rewrites a string in place (one of the same
+//! length) or `incr`s a number (other writes move the entry to the front); eviction gives a referenced entry a second chance (the CLOCK
 //! approximation of least-recently-used). Readers of the same keys on several threads then run
 //! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). Most `get`s take no
 //! lock at all: they read the key's slot in the shard's read cache (`read_cache.rs`), which every
