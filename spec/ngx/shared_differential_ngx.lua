@@ -53,11 +53,7 @@ http {
         want_dict:flush_all()
         want_dict:flush_expired()
         ngx.say("ngx.shared: ", Ops.scenarios[name](want_dict))
-        -- expiry: one shard, since which expired entries a write or get removes on its way is
-        -- looked for at the end of the key's shard (README, "vmpool.shared", differences)
-        local shards = name == "expiry" and 1 or nil
-        ngx.say("vmpool:     ", Ops.scenarios[name](vmpool.shared("scenario_" .. name,
-          { capacity = "100k", shards = shards })))
+        ngx.say("vmpool:     ", Ops.scenarios[name](vmpool.shared("scenario_" .. name, { capacity = "100k" })))
       }
     }
     location = /fill {

@@ -7,8 +7,8 @@
 //! lock, and no operation holds a lock for longer than one entry's work (the whole-dictionary
 //! operations lock one shard at a time). Reads (`get`, `get_stale`, `ttl`, `llen`, `get_keys`)
 //! share the lock: instead of moving the entry to the front, which is a write, a read sets the
-//! entry's `referenced` bit, and so does a write that rewrites an entry in place (a value of the
-//! same size class, `incr`); eviction gives a referenced entry a second chance (the CLOCK
+//! entry's `referenced` bit, and so does a write that rewrites a string in place (one of the same
+//! length) or `incr`s a number (other writes move the entry to the front); eviction gives a referenced entry a second chance (the CLOCK
 //! approximation of least-recently-used). Readers of the same keys on several threads then run
 //! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). Most `get`s take no
 //! lock at all: they read the key's slot in the shard's read cache (`read_cache.rs`), which every
@@ -26,8 +26,9 @@
 //! What follows `ngx.shared.DICT` (lua-nginx-module's `ngx_http_lua_shdict.c`), so that code written
 //! for it behaves the same:
 //! - expired entries are invisible to `get` but stay readable by `get_stale` until they are
-//!   removed: lazily, up to two from the least recently used end of the shard on each write and
-//!   each `get`, by `flush_expired`, or when their room is needed;
+//!   removed: lazily, up to two from the dictionary's least recently used end on each write,
+//!   `llen` and `get` that takes the lock (`evict.rs`), by `flush_expired`, or when their room
+//!   is needed (a `get` answered by the read cache leaves it to the next);
 //! - a write that finds no room evicts the least recently used entry of the dictionary and up to
 //!   two expired ones after it, and tries again, at most [`MAX_EVICTIONS`] times, and reports that
 //!   it did (`forcible`), even when it fails in the end; the `safe` writes and list pushes evict
@@ -43,8 +44,7 @@
 //! least recently used order is CLOCK's approximation: the oldest entry not used (read or
 //! rewritten in place) since eviction last passed it goes first; ngx orders entries both used
 //! between evictions by the time of their last use, here they keep the order in which they were
-//! added or last passed by eviction. The lazy removal of expired entries looks at the key's
-//! shard's oldest entries, not the dictionary's.
+//! added or last passed by eviction.
 
 mod clock;
 mod entry;
@@ -56,7 +56,8 @@ mod tests;
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 // foldhash (hashbrown's own default) instead of std's SipHash: SipHash was about 190 of a get's
 // 2,300 instructions (callgrind). Each dictionary gets its own random seed, which keeps keys
@@ -112,6 +113,9 @@ pub struct Dict {
     capacity: usize,
     /// Where nginx's slab allocator would put each node of the dictionary (`slab.rs`).
     slab: Mutex<Slab>,
+    /// How many shards have an entry with a TTL at their least recently used end (see
+    /// `Shard::expiring`).
+    expiring: Arc<AtomicUsize>,
     /// The count entries' stamps are taken from (`evict.rs`).
     ticks: AtomicU64,
     /// Added to the monotonic clock: lets tests move a dictionary's time forward (`_advance`).
@@ -137,8 +141,12 @@ impl Dict {
 
     /// [`Dict::named`] with `slots` read cache slots a shard.
     fn with_slots(capacity: usize, shards: usize, name_len: usize, slots: usize) -> Dict {
+        let expiring = Arc::new(AtomicUsize::new(0));
         Dict {
-            shards: (0..shards).map(|_| Shard::new(slots)).collect(),
+            shards: (0..shards)
+                .map(|_| Shard::new(slots, expiring.clone()))
+                .collect(),
+            expiring,
             hasher: RandomState::default(),
             capacity,
             slab: Mutex::new(Slab::new(capacity, name_len)),
@@ -245,18 +253,14 @@ impl Dict {
         (own, guard)
     }
 
-    /// The shard of `key` locked for reading, after the write that removes expired entries from
-    /// its tail when there are any (`expire = true`; ngx removes them on every `get`). Checking
-    /// under the shared lock first keeps the common read from taking the exclusive one.
+    /// The shard of `key` locked for reading, after the removal of the dictionary's oldest
+    /// entries if they expired (`expire = true`; ngx removes them on every `get`), which takes
+    /// the locks it needs only when some shard has an entry with a TTL at its end.
     fn read_shard(&self, own: usize, now: &Now, expire: bool) -> RwLockReadGuard<'_, OwnLines> {
-        let shard = &self.shards[own];
-        let map = shard.map.read();
-        if !expire || !map.peek_lru().is_some_and(|(_, e)| e.expired(now)) {
-            return map;
+        if expire && self.expiring.load(Ordering::Relaxed) != 0 {
+            self.expire_oldest(&mut None, now);
         }
-        drop(map);
-        self.expire_tail(own, &mut shard.write(), now);
-        shard.map.read()
+        self.shards[own].map.read()
     }
 
     /// `get` (`stale = false`) and `get_stale` (`stale = true`), as an owned value.
@@ -344,7 +348,7 @@ impl Dict {
         }
         let now = &self.clock();
         let (own, mut map) = self.write_key(key, now);
-        self.expire_tail(own, &mut map, now);
+        self.expire_oldest(&mut Some((own, &mut *map)), now);
         self.store_locked(own, &mut map, mode, safe, key, value, ttl, flags, now)
     }
 
@@ -372,7 +376,7 @@ impl Dict {
         }
         let now = &self.clock();
         let (own, mut map) = self.write_located(key, at, now);
-        self.expire_tail(own, &mut map, now);
+        self.expire_oldest(&mut Some((own, &mut *map)), now);
         if let Some(w) = self.overwrite_string(&mut map, mode, key, value, ttl, flags, now) {
             return Some(Ok(w));
         }
@@ -403,10 +407,10 @@ impl Dict {
         flags: u32,
     ) -> bool {
         let shard = &self.shards[own];
-        shard.cache.rewrite(hash, key, value, flags, || {
-            let tail = shard.tail_expires.load(Ordering::Relaxed);
-            tail == 0 || tail > self.now()
-        })
+        // a locked set removes the dictionary's oldest entry if it expired: not done here
+        shard
+            .cache
+            .rewrite(hash, key, value, flags, || !self.oldest_expired())
     }
 
     /// The store itself, in shard `own` locked for `key` (`map`), its expired tail removed.
@@ -548,7 +552,7 @@ impl Dict {
     ) -> Result<(Number, Written), Refused> {
         let now = &self.clock();
         let (own, mut map) = self.write_key(key, now);
-        self.expire_tail(own, &mut map, now);
+        self.expire_oldest(&mut Some((own, &mut *map)), now);
         // marked, not moved to the front: see `Dict::put`
         if let Some(e) = map.peek_mut(key).filter(|e| !e.expired(now)) {
             e.touch();
@@ -586,7 +590,7 @@ impl Dict {
     pub fn push(&self, key: &[u8], item: Item, front: bool) -> Result<usize, Refused> {
         let now = &self.clock();
         let (own, mut map) = self.write_key(key, now);
-        self.expire_tail(own, &mut map, now);
+        self.expire_oldest(&mut Some((own, &mut *map)), now);
         if map
             .peek(key)
             .is_some_and(|e| !e.expired(now) && !matches!(e.value, Stored::List(_)))
@@ -650,7 +654,7 @@ impl Dict {
     pub fn pop(&self, key: &[u8], front: bool) -> Result<Option<Item>, Refused> {
         let now = &self.clock();
         let (own, mut map) = self.write_key(key, now);
-        self.expire_tail(own, &mut map, now);
+        self.expire_oldest(&mut Some((own, &mut *map)), now);
         let Some(e) = map.peek_mut(key).filter(|e| !e.expired(now)) else {
             return Ok(None);
         };
@@ -677,10 +681,10 @@ impl Dict {
         Ok(item.map(|(i, _)| i))
     }
 
-    /// `llen`: 0 for a missing or expired key.
+    /// `llen`: 0 for a missing or expired key. Removes the oldest entries if expired, as ngx's.
     pub fn llen(&self, key: &[u8]) -> Result<usize, Refused> {
         let now = &self.clock();
-        let map = self.read_shard(self.locate(key).0, now, false);
+        let map = self.read_shard(self.locate(key).0, now, true);
         match map
             .peek(key)
             .filter(|e| !e.expired(now))

@@ -20,7 +20,7 @@ use super::Dict;
 use crate::shared::slab::Block;
 
 /// The shard a caller holds locked, and its map.
-pub(super) type Held<'a, 'm> = Option<(usize, &'a mut Map)>;
+pub(super) type Held<'a> = Option<(usize, &'a mut Map)>;
 
 /// Second chances one eviction gives before it takes the oldest entry whatever its mark: a pass
 /// clears every mark, but readers on other threads can mark entries again as fast as it goes.
@@ -135,6 +135,14 @@ impl Dict {
             let Some((_, i)) = oldest else {
                 return false;
             };
+            let is_held = matches!(held, Some((h, _)) if *h == i);
+            if expired_only && !is_held {
+                // as of the shard's last release its oldest entry has not expired: no lock
+                let at = self.shards[i].tail_expires.load(Ordering::Relaxed);
+                if at == 0 || at > now.get() {
+                    return false;
+                }
+            }
             let tail = match held {
                 Some((h, map)) if *h == i => self.take_tail(i, map, expired_only, spare, now),
                 _ => {
@@ -190,18 +198,38 @@ impl Dict {
         Tail::Removed
     }
 
-    /// Removes up to two expired entries from shard `own`'s least recently used end (ngx does
-    /// this on every write and `get`, so that expired entries do not pile up).
-    pub(super) fn expire_tail(&self, own: usize, map: &mut Map, now: &Now) {
+    /// Whether the dictionary's least recently used entry has expired, as of the shards' last
+    /// releases (one load when no shard has an entry with a TTL at its end).
+    pub(super) fn oldest_expired(&self) -> bool {
+        if self.expiring.load(Ordering::Relaxed) == 0 {
+            return false;
+        }
+        let oldest = self
+            .shards
+            .iter()
+            .map(|s| (s.tail_stamp.load(Ordering::Relaxed), s))
+            .filter(|(stamp, _)| *stamp != u64::MAX)
+            .min_by_key(|(stamp, _)| *stamp);
+        oldest.is_some_and(|(_, s)| {
+            let at = s.tail_expires.load(Ordering::Relaxed);
+            at != 0 && at <= self.now()
+        })
+    }
+
+    /// Removes the dictionary's least recently used entry if it expired, and the next one too
+    /// (`ngx_http_lua_shdict_expire(ctx, 1)`, which ngx does on every write and `get`, so that
+    /// expired entries do not pile up). Costs one load when no shard has an entry with a TTL at
+    /// its end (the held one is looked at directly: its count is updated when it is released).
+    pub(super) fn expire_oldest(&self, held: &mut Held, now: &Now) {
+        let held_ttl = held
+            .as_ref()
+            .is_some_and(|(_, m)| m.peek_lru().is_some_and(|(_, e)| e.expires != 0));
+        if !held_ttl && self.expiring.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         for _ in 0..2 {
-            match map.peek_lru() {
-                Some((_, e)) if e.expired(now) => {
-                    if let Some((k, e)) = map.pop_lru() {
-                        self.shards[own].cache.forget(self.hasher.hash_one(&k), &k);
-                        self.release(&e);
-                    }
-                }
-                _ => return,
+            if !self.remove_oldest(held, true, now) {
+                return;
             }
         }
     }

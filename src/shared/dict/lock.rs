@@ -1,7 +1,8 @@
 //! The locks of a dictionary's shards and what their release keeps up to date (the read cache's
 //! slot of the key written, the shard's oldest entry's expiry and stamp).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use foldhash::fast::RandomState;
 use lru::LruCache;
@@ -48,10 +49,14 @@ pub(super) struct Shard {
     /// release of the write lock: eviction picks the shard whose oldest entry is oldest
     /// (`evict.rs`) without locking the others to look.
     pub(super) tail_stamp: AtomicU64,
+    /// The dictionary's count of shards whose `tail_expires` is not 0 (shared by its shards):
+    /// while it is 0 and the shard at hand has no TTL at its end, nothing anywhere is waiting to
+    /// be removed lazily, and no write or `get` looks (`Dict::expire_oldest`).
+    pub(super) expiring: Arc<AtomicUsize>,
 }
 
 impl Shard {
-    pub(super) fn new(slots: usize) -> Shard {
+    pub(super) fn new(slots: usize, expiring: Arc<AtomicUsize>) -> Shard {
         Shard {
             map: RwLock::new(OwnLines(LruCache::unbounded_with_hasher(
                 RandomState::default(),
@@ -59,6 +64,7 @@ impl Shard {
             cache: ReadCache::new(slots),
             tail_expires: AtomicU64::new(0),
             tail_stamp: AtomicU64::new(u64::MAX),
+            expiring,
         }
     }
 
@@ -109,8 +115,14 @@ impl Drop for ShardWrite<'_> {
             .map
             .peek_lru()
             .map_or((0, u64::MAX), |(_, e)| (e.expires, e.stamp));
-        if self.shard.tail_expires.load(Ordering::Relaxed) != expires {
+        let was = self.shard.tail_expires.load(Ordering::Relaxed);
+        if was != expires {
             self.shard.tail_expires.store(expires, Ordering::Relaxed);
+            if was == 0 {
+                self.shard.expiring.fetch_add(1, Ordering::Relaxed);
+            } else if expires == 0 {
+                self.shard.expiring.fetch_sub(1, Ordering::Relaxed);
+            }
         }
         if self.shard.tail_stamp.load(Ordering::Relaxed) != stamp {
             self.shard.tail_stamp.store(stamp, Ordering::Relaxed);

@@ -281,7 +281,7 @@ fn overwrite(
 ) -> Option<Written> {
     let now = &d.clock();
     let (own, mut map) = d.write_key(key, now);
-    d.expire_tail(own, &mut map, now);
+    d.expire_oldest(&mut Some((own, &mut *map)), now);
     d.overwrite_string(&mut map, mode, key, value, ttl, flags, now)
 }
 
@@ -668,4 +668,26 @@ fn eviction_takes_the_least_recently_used_entry_of_the_whole_dictionary_whatever
             "p{i} was evicted out of order"
         );
     }
+}
+
+#[test]
+fn a_write_removes_the_dictionary_s_two_oldest_expired_entries_whatever_their_shard() {
+    let d = Dict::new(1 << 20, 16);
+    for k in ["a", "b", "c"] {
+        d.store(Mode::Set, false, k.as_bytes(), Some(s("v")), ttl_ns(1.0), 0)
+            .unwrap();
+    }
+    d.store(Mode::Set, false, b"live", Some(s("v")), 0, 0)
+        .unwrap();
+    d.advance(2.0);
+    // any write, in whichever shard: ngx's expire(ctx, 1) takes the two oldest if expired
+    d.store(Mode::Set, false, b"other", Some(s("v")), 0, 0)
+        .unwrap();
+    assert_eq!(d.get(b"a", true), Got::Missing);
+    assert_eq!(d.get(b"b", true), Got::Missing);
+    // and the next one (an llen, as ngx's): c, then live (not expired) stops it. (Not read
+    // before: get_stale is a use, as ngx's lookup moves what it finds to the front.)
+    assert!(d.llen(b"nothing").is_ok());
+    assert_eq!(d.get(b"c", true), Got::Missing);
+    assert!(got(&d, "live").is_some());
 }
