@@ -33,8 +33,8 @@ pub fn now() -> u64 {
     now_with(is_tsc())
 }
 
-/// [`now`] for a caller that read [`is_tsc`] already (a worker, once: it never changes after
-/// [`init`], which runs before any pool exists).
+/// [`now`] for a caller that knows the clock ([`is_tsc`] never changes after [`init`], which runs
+/// before any pool exists): a worker's loop is compiled for each, so its reads test nothing.
 #[inline]
 pub fn now_with(tsc: bool) -> u64 {
     #[cfg(all(target_arch = "x86_64", target_os = "linux"))]

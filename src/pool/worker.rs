@@ -196,7 +196,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
     if let Some(nice) = pool.config.thread_nice {
         crate::sys::set_thread_nice(nice);
     }
-    let mut child = match pool.new_child() {
+    let child = match pool.new_child() {
         Ok(c) => c,
         Err(e) => {
             pool.retire(
@@ -228,10 +228,26 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
             Next::Exit => return,
         }
     }
+    // the clock never changes after the first pool's `new`: one loop per clock, no test per read
+    if crate::clock::is_tsc() {
+        serve::<true>(pool, core, child, &mailbox, next);
+    } else {
+        serve::<false>(pool, core, child, &mailbox, next);
+    }
+}
+
+/// The worker's call loop, until it is told to exit or its state is lost; `TSC`: whether the
+/// clock is the time-stamp counter ([`crate::clock::now_with`]).
+fn serve<const TSC: bool>(
+    pool: &Arc<Pool>,
+    core: bool,
+    mut child: crate::child::Child,
+    mailbox: &Arc<Mailbox>,
+    mut next: Option<Arc<Call>>,
+) {
     let spin = AdaptiveSpin::new(JOB_SPIN, true);
     let spread = crate::sys::available_cpus() > 1;
     let mut last_move: Option<Instant> = None;
-    let tsc = crate::clock::is_tsc();
     loop {
         let call = match next.take() {
             Some(call) => call,
@@ -248,7 +264,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         // calls are timed from their submission (0 for a collection, which is not a call)
         let submitted = call.submitted.load(Ordering::Relaxed);
         let start = if runnable && submitted != 0 {
-            let start = crate::clock::now_with(tsc);
+            let start = crate::clock::now_with(TSC);
             pool.wait.record(start.saturating_sub(submitted));
             Some(start)
         } else {
@@ -261,7 +277,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         };
         if let Some(start) = start {
             pool.run
-                .record(crate::clock::now_with(tsc).saturating_sub(start));
+                .record(crate::clock::now_with(TSC).saturating_sub(start));
         }
         let ended = if runnable {
             Ended::of(&outcome)
@@ -301,7 +317,7 @@ fn run(pool: &Arc<Pool>, core: bool, first: Option<Arc<Call>>, latch: Option<Arc
         }
         // release before waking the caller, so that a caller that immediately calls again finds
         // this state idle (and `stats()` read after a result already shows it free)
-        let after = pool.release(&mailbox, core, ended);
+        let after = pool.release(mailbox, core, ended);
         if runnable {
             call.finish(outcome);
         }
