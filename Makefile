@@ -14,9 +14,11 @@ deps:
 rock: deps
 	@scripts/rock.sh $(LUA)
 
-# make dist: the release, dist/vmpool-<version>-1.src.rock plus a manifest (luarocks install
-# --server=dist vmpool), from the tracked files of the working tree; make dist VENDOR=1 writes
-# dist-vendored/, the same with every crate inside (3.5 MB; builds with no network at all)
+# make dist: the release, dist/vmpool-<version>-1.src.rock (from the tracked files of the working
+# tree), the binary rock dist/vmpool-<version>-1.linux-x86_64.rock (every runtime's build and a
+# loader; installs with no Rust toolchain) and the manifests (luarocks --lua-version=5.x install
+# --server=dist vmpool); make dist VENDOR=1 writes dist-vendored/, the same with every crate inside
+# the source rock (3.5 MB; builds with no network at all)
 dist: deps
 	@scripts/dist.sh
 
@@ -41,8 +43,10 @@ report: deps
 
 lint: deps
 	cargo fmt --check
+	cargo fmt --check --manifest-path loader/Cargo.toml
 	python3 scripts/module-cycles.py
 	cargo clippy --all-targets --locked -- -D warnings
+	cargo clippy --locked --manifest-path loader/Cargo.toml --target-dir target/loader -- -D warnings
 	luacheck --quiet spec examples bench src/lua rockspec types .busted
 	for r in rockspec/*.rockspec; do luarocks lint "$$r" || exit 1; done
 
