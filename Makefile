@@ -1,7 +1,7 @@
 # vmpool: the two commands of the README are `make demo` and `make test`; both install what they
 # need first (Debian packages through apt-get, crates through cargo).
 LUA ?= lua5.4
-RUNTIMES ?= lua5.1 lua5.2 lua5.3 lua5.4 luajit
+RUNTIMES ?= lua5.1 lua5.2 lua5.3 lua5.4 lua5.5 luajit
 
 .PHONY: all deps rock dist demo test lint bench report clean
 
@@ -10,7 +10,8 @@ all: rock
 deps:
 	@scripts/install-deps.sh
 
-# make rock LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit: builds and installs the rock into lua_modules/$(LUA)/
+# make rock LUA=lua5.1|lua5.2|lua5.3|lua5.4|lua5.5|luajit: builds and installs the rock into
+# lua_modules/$(LUA)/ (Lua 5.5 itself is built first into target/lua5.5: scripts/lua55.sh)
 rock: deps
 	@scripts/rock.sh $(LUA)
 
@@ -47,7 +48,7 @@ lint: deps
 	python3 scripts/module-cycles.py
 	cargo clippy --all-targets --locked -- -D warnings
 	cargo clippy --locked --manifest-path loader/Cargo.toml --target-dir target/loader -- -D warnings
-	luacheck --quiet spec examples bench src/lua rockspec types .busted
+	luacheck --quiet spec examples bench src/lua rockspec types .busted scripts/rock-manifest.lua scripts/lua55/loopvars.lua
 	for r in rockspec/*.rockspec; do luarocks lint "$$r" || exit 1; done
 
 clean:

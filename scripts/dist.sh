@@ -3,11 +3,11 @@
 # in the working tree, so commit first for a real release), vmpool-<version>-1.src.rock (the
 # release rockspec with that tarball inside, so installing it downloads nothing but crates), the
 # binary rock vmpool-<version>-1.<arch>.rock (below) and the LuaRocks manifests (`manifest` and one
-# `manifest-5.x` per Lua version), so that `luarocks --lua-version=5.x install --server=dist vmpool`
+# `manifest-5.x` per Lua version, 5.1 to 5.5), so that `luarocks --lua-version=5.x install --server=dist vmpool`
 # finds the binary rock, which LuaRocks prefers to the source rock.
 #
 # The binary rock installs with no Rust toolchain, no compiler and no network. It carries one build
-# per runtime, lib/vmpool/build/<runtime>.so (lua5.1 ... lua5.4, luajit), built from the working
+# per runtime, lib/vmpool/build/<runtime>.so (lua5.1 ... lua5.5, luajit), built from the working
 # tree with the same cargo command as rockspec/build.sh (so after `make test` nothing rebuilds), and
 # lib/vmpool.so, the loader (loader/lib.rs), which loads the build for the Lua that requires it:
 # LuaRocks has one slot, 5.1, for PUC Lua 5.1 and LuaJIT, and one rock serves every slot. Every
@@ -50,7 +50,7 @@ cp "$rockspec" "$out/"
 # the binary rock: the tree LuaRocks would have installed (the release rockspec, lib/, the editor
 # annotations), its rock_manifest, zipped
 GLIBC_CLAIM=2.34
-runtimes="lua5.1 lua5.2 lua5.3 lua5.4 luajit"
+runtimes="lua5.1 lua5.2 lua5.3 lua5.4 lua5.5 luajit"
 arch=$(luarocks config arch)
 bin="$out/bin-stage"
 mkdir -p "$bin/lib/vmpool/build"
@@ -94,6 +94,9 @@ binrock="$name-1.$arch.rock"
 rm -rf "$bin"
 
 luarocks-admin make-manifest "$out" >/dev/null
+# LuaRocks 3.8 writes manifest-5.1 to manifest-5.4, and reads manifest-5.5 in its 5.5 mode: every
+# rock here allows 5.5 as it allows 5.4 (lua >= 5.1, < 5.6), so 5.5's is 5.4's
+cp "$out/manifest-5.4" "$out/manifest-5.5"
 echo "vmpool: wrote $out/$name-1.src.rock ($(du -k "$out/$name-1.src.rock" | cut -f1) KB), the manifests and"
 echo "vmpool: $out/$binrock ($(du -k "$out/$binrock" | cut -f1) KB): $arch, builds for $runtimes and the loader;"
 echo "vmpool: no Lua library linked, glibc >= $needed_max needed (claimed: $GLIBC_CLAIM)"

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Installs the packed rocks of dist/ (scripts/dist.sh) the way users would, each into a fresh tree
 # from an empty temporary directory, and runs a smoke test from that tree only:
-# - the binary rock, for every runtime given (default lua5.1 lua5.2 lua5.3 lua5.4 luajit), with
+# - the binary rock, for every runtime given (default lua5.1 lua5.2 lua5.3 lua5.4 lua5.5 luajit), with
 #   `luarocks --lua-version=5.x install --server=<dist> vmpool` in an environment with no Rust and
 #   no network: PATH=/usr/bin:/bin, CARGO_HOME and RUSTUP_HOME empty directories, LuaRocks'
 #   compiler variables set to /bin/false, nothing else of the caller's environment, and (as root) a
@@ -11,12 +11,15 @@
 #   (spec/install/smoke_nvim.lua);
 # - the source rock, for SOURCE_RUNTIMES (default lua5.4; empty skips): `luarocks install
 #   <the .src.rock>`, which builds with cargo, then the same smoke test.
+# Lua 5.5 is the one scripts/lua55.sh built into target/lua5.5 (LuaRocks is told where, as
+# scripts/luaenv.sh does; the smoke test finds cqueues and luv built for it there).
 # Usage: scripts/install-check.sh [runtimes]
 set -eu
 cd "$(dirname "$0")/.."
 root=$PWD
 version=$(sed -n 's/^version = "\(.*\)"$/\1/p' Cargo.toml | head -n 1)
 srcrock="$root/dist/vmpool-$version-1.src.rock"
+lua55="$root/target/lua5.5"
 binrock="$root/dist/vmpool-$version-1.$(luarocks config arch).rock"
 
 # runtime name as vmpool.runtime says it, and the LuaRocks version slot
@@ -66,6 +69,10 @@ check() {
       echo 'lua_interpreter = "luajit"'
       echo 'variables = { LUA_DIR = "/usr", LUA_BINDIR = "/usr/bin", LUA_INCDIR = "/usr/include/luajit-2.1" }'
     fi
+    if [ "$LUA" = lua5.5 ]; then
+      echo "lua_interpreter = \"lua5.5\""
+      echo "variables = { LUA_DIR = \"$lua55\", LUA_BINDIR = \"$lua55/bin\", LUA_INCDIR = \"$lua55/include\" }"
+    fi
     # a binary rock compiles nothing: a compiler LuaRocks would call fails
     if [ "$from" = binary ]; then echo 'variables = { CC = "/bin/false", LD = "/bin/false", CXX = "/bin/false", MAKE = "/bin/false" }'; fi
   } >config.lua
@@ -90,7 +97,11 @@ check() {
     [ -f "$types" ] || { echo "vmpool: the rock did not install its editor annotations at $types" >&2; return 1; }
   done
   # the fresh tree first, then the system's directories (cqueues, luv); no lua_modules/, no clone
-  LUA_CPATH="$tmp/tree/lib/lua/$slot/?.so;;" /usr/bin/"$LUA" "$root/spec/install/smoke.lua" "$version" "$(runtime_of "$LUA")"
+  interpreter=/usr/bin/$LUA
+  [ "$LUA" = lua5.5 ] && interpreter=$lua55/bin/lua5.5
+  LUA_CPATH="$tmp/tree/lib/lua/$slot/?.so;;" LUA_CPATH_5_5="$tmp/tree/lib/lua/5.5/?.so;$lua55/lib/lua/5.5/?.so" \
+    LUA_PATH_5_5="$lua55/share/lua/5.5/?.lua;/usr/share/lua/5.4/?.lua;/usr/share/lua/5.4/?/init.lua;;" \
+    "$interpreter" "$root/spec/install/smoke.lua" "$version" "$(runtime_of "$LUA")"
   if [ "$LUA" = luajit ] && [ "$from" = binary ]; then
     ngx_smoke "$tmp"
     VMPOOL_CPATH="$tmp/tree/lib/lua/5.1/?.so" timeout 120 nvim --headless -u NONE -i NONE -n -c "luafile $root/spec/install/smoke_nvim.lua" </dev/null
@@ -118,7 +129,8 @@ else
   echo "vmpool: unshare -n is not permitted here (it needs root): the binary rocks are installed with the network reachable"
 fi
 empty=$(mktemp -d /tmp/vmpool-empty.XXXXXX)
-for LUA in ${*:-lua5.1 lua5.2 lua5.3 lua5.4 luajit}; do
+for LUA in ${*:-lua5.1 lua5.2 lua5.3 lua5.4 lua5.5 luajit}; do
+  if [ "$LUA" = lua5.5 ]; then scripts/lua55.sh; fi
   tmp=$(mktemp -d /tmp/vmpool-install.XXXXXX)
   mkdir "$tmp/home"
   # shellcheck disable=SC2086 # $netns is a command and its option, or nothing

@@ -8,9 +8,12 @@
 #   for the writing macros, now in llimits.h, which it is given);
 # - the C modules, built against the 5.5 headers from Debian source packages: lfs
 #   (lua-filesystem; its version check stops at 5.4 and is widened, the code is the same),
-#   term.core (lua-term), cjson (lua-cjson), socket.core and mime.core (luasocket); system.core
-#   (busted's clock) from scripts/lua55/system_core.c, since the mirror did not serve lua-system's
-#   source;
+#   term.core (lua-term), cjson (lua-cjson), socket.core and mime.core (luasocket), _cqueues
+#   (lua-cqueues, with its bundled compat-5.3's version check widened and the 5.3 API macros 5.5
+#   dropped, scripts/lua55/compat53-apis.h; needs m4 and libssl-dev) and luv (lua-luv, against
+#   the system's libuv1-dev); system.core (busted's clock) from scripts/lua55/system_core.c,
+#   since the mirror did not serve lua-system's source. Each comes from Debian 12, or from
+#   Debian 13 where the mirror lacks 12's tarball (lua-luv);
 # - Debian's pure-Lua modules (busted, Penlight, luassert, ...) are used from /usr/share/lua/5.4,
 #   except the files Lua 5.5 cannot compile because they assign to a loop's control variable,
 #   rewritten into target/lua5.5/share/lua/5.5 (scripts/lua55/loopvars.lua).
@@ -53,27 +56,28 @@ printf '\n/* LUA_VERSION_NUM 505 (for LuaRocks 3.8, whose header check reads thi
 # is not an error when the tarball arrived)
 apt_dir="$out/apt"
 mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
-echo "deb-src http://deb.debian.org/debian bookworm main" >"$apt_dir/sources.list"
+printf 'deb-src http://deb.debian.org/debian bookworm main\ndeb-src http://deb.debian.org/debian trixie main\n' \
+  >"$apt_dir/sources.list"
 # (one word per option: the paths under target/ have no spaces)
 apt_opts="-o Dir::Etc::SourceList=$apt_dir/sources.list -o Dir::Etc::SourceParts=/dev/null
   -o Dir::State::Lists=$apt_dir/lists -o Dir::Cache=$apt_dir/cache -o APT::Sandbox::User=root -qq"
-if [ ! -f "$apt_dir/updated" ]; then
+if ! cmp -s "$apt_dir/sources.list" "$apt_dir/updated"; then
   # shellcheck disable=SC2086
   apt-get $apt_opts update >/dev/null
-  touch "$apt_dir/updated"
+  cp "$apt_dir/sources.list" "$apt_dir/updated"
 fi
 source_dir() { # source_dir PACKAGE: unpacks its upstream tarball once, prints the directory
   pkg=$1
   tarball=$(ls "$out/src/${pkg}_"*.orig.tar.* 2>/dev/null | head -n 1)
-  if [ -z "$tarball" ]; then
+  for suite in bookworm trixie; do
+    [ -z "$tarball" ] || break
     # shellcheck disable=SC2086
-    (cd "$out/src" && apt-get $apt_opts source --download-only "$pkg" >/dev/null 2>&1) || true
+    (cd "$out/src" && apt-get $apt_opts source --download-only "$pkg/$suite" >"$out/src/$pkg.log" 2>&1) || true
     tarball=$(ls "$out/src/${pkg}_"*.orig.tar.* 2>/dev/null | head -n 1)
-  fi
+  done
   if [ -z "$tarball" ]; then
-    # shellcheck disable=SC2086
-    (cd "$out/src" && apt-get $apt_opts source --download-only "$pkg") >&2 || true
-    echo "vmpool: could not fetch the source of Debian's $pkg (above)" >&2
+    cat "$out/src/$pkg.log" >&2
+    echo "vmpool: could not fetch the source of Debian's $pkg (Debian 12 or 13; above)" >&2
     exit 1
   fi
   dir="$out/build/$pkg"
@@ -94,11 +98,19 @@ module() { # module NAME.so SOURCES...: a C module in lib/lua/5.5/ (NAME with / 
   gcc $cflags -w -shared -o "$target" "$@"
 }
 
-# the interpreter: the library's files and lua.c, exporting the API for the C modules (-E)
+# the library (lib/liblua5.5.a, which bench/build.sh also links into its symbolized host) and the
+# interpreter, lua.c over all of it, exporting the API for the C modules (-E)
+mkdir -p "$out/build/obj"
+for c in "$lua_dir"/*.c; do
+  # shellcheck disable=SC2086 # $cflags is a list of flags
+  gcc $cflags -c -o "$out/build/obj/$(basename "$c" .c).o" "$c"
+done
+ar rcs "$out/lib/liblua5.5.a" "$out"/build/obj/*.o
 lua54=$(source_dir lua5.4)
 cp "$lua54/src/lua.c" "$out/build/lua.c"
-# shellcheck disable=SC2046,SC2086 # the library's sources, one word each (no spaces in the path)
-gcc $cflags -include llimits.h -o "$out/bin/lua5.5" "$out/build/lua.c" $(ls "$lua_dir"/*.c) -Wl,-E -lm -ldl
+# shellcheck disable=SC2086
+gcc $cflags -include llimits.h -o "$out/bin/lua5.5" "$out/build/lua.c" \
+  -Wl,-E -Wl,--whole-archive "$out/lib/liblua5.5.a" -Wl,--no-whole-archive -lm -ldl
 
 lfs=$(source_dir lua-filesystem)
 sed 's/LUA_VERSION_NUM <= 504/LUA_VERSION_NUM <= 505/' "$lfs/src/lfs.c" >"$out/build/lfs.c"
@@ -114,10 +126,22 @@ module socket/core.so "$socket"/src/luasocket.c "$socket"/src/timeout.c "$socket
   "$socket"/src/udp.c "$socket"/src/usocket.c
 module mime/core.so "$socket/src/mime.c" "$socket/src/compat.c"
 module system/core.so scripts/lua55/system_core.c
+cqueues=$(source_dir lua-cqueues)
+sed -i 's/LUA_VERSION_NUM > 504$/LUA_VERSION_NUM > 505/' "$cqueues/vendor/compat53/c-api/compat-5.3.h"
+cp "$cqueues/config.h.guess" "$cqueues/src/config.h"
+(cd "$cqueues/src" && m4 errno.c.m4 >errno.c)
+(cd "$cqueues/src" && module _cqueues.so -D_REENTRANT -D_THREAD_SAFE -D_GNU_SOURCE -DCOMPAT53_PREFIX=cqueues \
+  -DCQUEUES_VENDOR='"debian"' -DCQUEUES_VERSION=20200726L -DCQUEUES_COMMIT='"rel-20200726"' \
+  -I. -I../vendor/compat53/c-api -include lua.h -include lauxlib.h -include "$root/scripts/lua55/compat53-apis.h" \
+  cqueues.c socket.c errno.c signal.c thread.c notify.c dns.c lib/socket.c lib/dns.c lib/notify.c \
+  ../vendor/compat53/c-api/compat-5.3.c -lssl -lcrypto -lpthread)
+luv=$(source_dir lua-luv)
+module luv.so "$luv/src/luv.c" -luv
 
 # Debian's pure-Lua modules that 5.5 cannot compile as they are
 "$out/bin/lua5.5" scripts/lua55/loopvars.lua /usr/share/lua/5.4 "$out/share/lua/5.5" \
-  pl busted luassert say cliargs cliargs.lua term system mediator.lua dkjson.lua socket socket.lua ltn12.lua mime.lua
+  pl busted luassert say cliargs cliargs.lua term system mediator.lua dkjson.lua socket socket.lua ltn12.lua mime.lua \
+  cqueues cqueues.lua
 
 echo "$want" >"$stamp"
 echo "vmpool: built $("$out/bin/lua5.5" -v 2>&1 | cut -d' ' -f1-2) into $out"

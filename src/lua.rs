@@ -557,8 +557,12 @@ impl State {
             sz: usize,
             ud: *mut c_void,
         ) -> c_int {
+            // Lua 5.5 ends the dump with a call that passes no block (NULL, 0)
+            if p.is_null() || sz == 0 {
+                return 0;
+            }
             // SAFETY: `ud` is the `Vec` passed below, alive for the whole `lua_dump` call; Lua hands
-            // `sz` readable bytes at `p`.
+            // `sz` readable bytes at `p` (not null: checked above).
             unsafe {
                 let out = &mut *(ud as *mut Vec<u8>);
                 out.extend_from_slice(std::slice::from_raw_parts(p as *const u8, sz));

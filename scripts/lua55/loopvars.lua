@@ -15,7 +15,8 @@ local function rewrite(text)
     return table.concat(h, ", ")
   end
   -- generic: for a, b in explist do  ->  for __v55_a, __v55_b in explist do local a, b = ...
-  text = text:gsub("%f[%w_]for(%s+)([%a_][%w_]*%s*,?%s*[%w_%s,]-)(%s+in%s+)(.-)(%s+do)%f[^%w_]", function(s1, names, s_in, exps, s_do)
+  local generic = "%f[%w_]for(%s+)([%a_][%w_]*%s*,?%s*[%w_%s,]-)(%s+in%s+)(.-)(%s+do)%f[^%w_]"
+  text = text:gsub(generic, function(s1, names, s_in, exps, s_do)
     n = n + 1
     names = names:gsub("%s+$", "")
     return "for" .. s1 .. hidden(names) .. s_in .. exps .. s_do .. " local " .. names .. " = " .. hidden(names) .. ";"
