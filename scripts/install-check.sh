@@ -102,6 +102,19 @@ check() {
   LUA_CPATH="$tmp/tree/lib/lua/$slot/?.so;;" LUA_CPATH_5_5="$tmp/tree/lib/lua/5.5/?.so;$lua55/lib/lua/5.5/?.so" \
     LUA_PATH_5_5="$lua55/share/lua/5.5/?.lua;/usr/share/lua/5.4/?.lua;/usr/share/lua/5.4/?/init.lua;;" \
     "$interpreter" "$root/spec/install/smoke.lua" "$version" "$(runtime_of "$LUA")"
+  if [ "$from" = binary ]; then
+    # without its build for this runtime, the loader says so at require (and nothing else loads)
+    build="$tmp/tree/lib/lua/$slot/vmpool/build/$LUA.so"
+    mv "$build" "$build.away"
+    LUA_CPATH="$tmp/tree/lib/lua/$slot/?.so" LUA_CPATH_5_5="$tmp/tree/lib/lua/5.5/?.so" "$interpreter" - "$build" \
+      "$(runtime_of "$LUA")" <<'CHECK'
+local ok, err = pcall(require, "vmpool")
+local want = "vmpool: this binary rock has no working build for " .. arg[2] .. ": " .. arg[1] .. " ("
+assert(not ok and err:sub(1, #want) == want, "require without the build: " .. tostring(err))
+print("without its " .. arg[2] .. " build the rock refuses to load: " .. err:match("^[^(]*"))
+CHECK
+    mv "$build.away" "$build"
+  fi
   if [ "$LUA" = luajit ] && [ "$from" = binary ]; then
     ngx_smoke "$tmp"
     VMPOOL_CPATH="$tmp/tree/lib/lua/5.1/?.so" timeout 120 nvim --headless -u NONE -i NONE -n -c "luafile $root/spec/install/smoke_nvim.lua" </dev/null

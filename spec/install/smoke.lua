@@ -4,6 +4,16 @@
 -- invoke, submit, co_invoke under vmpool.run, and co_invoke through the cqueues adapter (Debian's
 -- lua-cqueues for every runtime here); luv's adapter too where luv is installed.
 local version, runtime = assert(arg[1], "usage: smoke.lua VERSION RUNTIME"), assert(arg[2])
+
+-- an error raised inside the module's opening reaches the caller (in the binary rock it passes
+-- through the loader's frames: LuaJIT unwinds through them): vmpool.luv without luv
+package.preload.luv = function() error("hidden by the smoke test") end
+local ok, err = pcall(require, "vmpool.luv")
+assert(not ok and err:find("vmpool: vmpool.luv needs the luv module", 1, true),
+  "require 'vmpool.luv': " .. tostring(err))
+-- (Lua 5.1 and LuaJIT leave a failed module's sentinel in package.loaded)
+package.preload.luv, package.loaded.luv, package.loaded["vmpool.luv"] = nil, nil, nil
+
 local vmpool = require "vmpool"
 assert(vmpool._VERSION == version, "installed version " .. tostring(vmpool._VERSION) .. ", expected " .. version)
 assert(vmpool.runtime == runtime, "vmpool.runtime is " .. tostring(vmpool.runtime) .. ", expected " .. runtime)
