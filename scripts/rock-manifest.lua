@@ -1,6 +1,6 @@
 -- Writes the rock_manifest of a binary rock's staged tree (what LuaRocks writes when it installs a
 -- rock and reads back when it installs a packed one): every file under DIR with its MD5, nested by
--- directory. Usage: lua scripts/rock-manifest.lua DIR (any Lua 5.1 to 5.4, LuaJIT)
+-- directory. Usage: lua scripts/rock-manifest.lua DIR (any Lua 5.1 to 5.5, LuaJIT)
 local dir = assert(arg[1], "usage: rock-manifest.lua DIR")
 local files = assert(io.popen("cd '" .. dir .. "' && find . -type f ! -name rock_manifest -exec md5sum {} +"))
 local tree = {}
