@@ -51,6 +51,15 @@ if pcall(require, "luv") then
   adapters = adapters .. ", vmpool.luv"
 end
 
+-- vmpool.shared: a pool state's require "vmpool" finds the same library through the loader, so it
+-- sees the host's dictionary; on LuaJIT the methods take the FFI path, which loads the build by
+-- its own path
+local dict = vmpool.shared("smoke")
+assert(dict:set("n", 41))
+pool:compile("dict", [[function bump() return require("vmpool").shared("smoke"):incr("n", 1) end]])
+assert(pool:invoke("dict", "bump") == 42 and dict:get("n") == 42, "vmpool.shared between host and pool state")
+if runtime == "LuaJIT" then assert(vmpool._dict_ffi == true, "the FFI path: " .. tostring(vmpool._dict_ffi)) end
+
 pool:close()
-print(("vmpool %s on %s: invoke, submit, co_invoke under vmpool.run and through %s work"):format(
+print(("vmpool %s on %s: invoke, submit, co_invoke under vmpool.run and through %s, vmpool.shared work"):format(
   vmpool._VERSION, vmpool.runtime, adapters))
