@@ -242,7 +242,8 @@ local function peers_dir(lua) return PEERS and (PEERS .. "/" .. lua) or nil end
 local function baseline_presence(lua)
   local out = {}
   local dirp = peers_dir(lua)
-  local prefix = "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_PATH_5_4 -u LUA_CPATH_5_4 "
+  local prefix = "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_PATH_5_4 -u LUA_CPATH_5_4 -u LUA_INIT_5_5 -u LUA_PATH_5_5 " ..
+    "-u LUA_CPATH_5_5 "
   if dirp then
     prefix = prefix .. "LUA_PATH=" .. sh_quote(dirp .. "/share/?.lua;;") .. " LUA_CPATH=" ..
       sh_quote(dirp .. "/lib/?.so;;") .. " "
