@@ -8,3 +8,4 @@ files["types"] = { ignore = { "212", "241", "631" } }
 -- Neovim's API table, in the code that runs inside the editor
 files["examples/neovim"] = { read_globals = { "vim" } }
 files["spec/nvim"] = { read_globals = { "vim" } }
+files["spec/install/smoke_nvim.lua"] = { read_globals = { "vim" } }

@@ -1,7 +1,7 @@
 # vmpool: the two commands of the README are `make demo` and `make test`; both install what they
 # need first (Debian packages through apt-get, crates through cargo).
 LUA ?= lua5.4
-RUNTIMES ?= lua5.1 lua5.2 lua5.3 lua5.4 luajit
+RUNTIMES ?= lua5.1 lua5.2 lua5.3 lua5.4 lua5.5 luajit
 
 .PHONY: all deps rock dist demo test lint bench report clean
 
@@ -10,13 +10,16 @@ all: rock
 deps:
 	@scripts/install-deps.sh
 
-# make rock LUA=lua5.1|lua5.2|lua5.3|lua5.4|luajit: builds and installs the rock into lua_modules/$(LUA)/
+# make rock LUA=lua5.1|lua5.2|lua5.3|lua5.4|lua5.5|luajit: builds and installs the rock into
+# lua_modules/$(LUA)/ (Lua 5.5 itself is built first into target/lua5.5: scripts/lua55.sh)
 rock: deps
 	@scripts/rock.sh $(LUA)
 
-# make dist: the release, dist/vmpool-<version>-1.src.rock plus a manifest (luarocks install
-# --server=dist vmpool), from the tracked files of the working tree; make dist VENDOR=1 writes
-# dist-vendored/, the same with every crate inside (3.5 MB; builds with no network at all)
+# make dist: the release, dist/vmpool-<version>-1.src.rock (from the tracked files of the working
+# tree), the binary rock dist/vmpool-<version>-1.linux-x86_64.rock (every runtime's build and a
+# loader; installs with no Rust toolchain) and the manifests (luarocks --lua-version=5.x install
+# --server=dist vmpool); make dist VENDOR=1 writes dist-vendored/, the same with every crate inside
+# the source rock (3.5 MB; builds with no network at all)
 dist: deps
 	@scripts/dist.sh
 
@@ -41,9 +44,11 @@ report: deps
 
 lint: deps
 	cargo fmt --check
+	cargo fmt --check --manifest-path loader/Cargo.toml
 	python3 scripts/module-cycles.py
 	cargo clippy --all-targets --locked -- -D warnings
-	luacheck --quiet spec examples bench src/lua rockspec types .busted
+	cargo clippy --locked --manifest-path loader/Cargo.toml --target-dir target/loader -- -D warnings
+	luacheck --quiet spec examples bench src/lua rockspec types .busted scripts/rock-manifest.lua scripts/lua55/loopvars.lua
 	for r in rockspec/*.rockspec; do luarocks lint "$$r" || exit 1; done
 
 clean:

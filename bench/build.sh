@@ -7,10 +7,11 @@
 #     runs and never timed);
 #   - the Rust ping-pong (cargo bench --bench pingpong), linked at bench/out/bin/pingpong;
 #   - a symbolized Lua host per runtime for callgrind profiles (bench/lua-host.c, see there).
-# Usage: bench/build.sh [lua5.1 lua5.4 luajit]
+# Lua 5.5 is the one scripts/lua55.sh builds into target/lua5.5 (scripts/rock.sh runs it).
+# Usage: bench/build.sh [lua5.1 lua5.4 lua5.5 luajit]
 set -eu
 cd "$(dirname "$0")/.."
-runtimes=${*:-"lua5.1 lua5.4 luajit"}
+runtimes=${*:-"lua5.1 lua5.4 lua5.5 luajit"}
 out=bench/out
 mkdir -p "$out/bin" "$out/trees/count"
 offline=""
@@ -20,6 +21,7 @@ for LUA in $runtimes; do
   case "$LUA" in
     lua5.1) feature=lua51 inc=/usr/include/lua5.1 lib=liblua5.1.a ;;
     lua5.4) feature=lua54 inc=/usr/include/lua5.4 lib=liblua5.4.a ;;
+    lua5.5) feature=lua55 inc=$PWD/target/lua5.5/include lib=$PWD/target/lua5.5/lib/liblua5.5.a ;;
     luajit) feature=luajit inc=/usr/include/luajit-2.1 lib=libluajit-5.1.a ;;
     *) echo "bench: unknown runtime $LUA" >&2; exit 1 ;;
   esac
@@ -30,7 +32,7 @@ for LUA in $runtimes; do
   mkdir -p "$out/trees/count/$LUA"
   # install(1) writes a new file: never overwrite a .so a running process may have loaded
   install -m 0755 "target/bench-count-$feature/release/libvmpool.so" "$out/trees/count/$LUA/vmpool.so"
-  a="/usr/lib/x86_64-linux-gnu/$lib"
+  case "$lib" in /*) a=$lib ;; *) a="/usr/lib/x86_64-linux-gnu/$lib" ;; esac
   [ -f "$a" ] || a=$(find /usr/lib -name "$lib" 2>/dev/null | head -n 1)
   if [ -n "$a" ] && [ -f "$a" ]; then
     gcc -O2 -I"$inc" -o "$out/bin/$LUA-sym" bench/lua-host.c \

@@ -21,7 +21,7 @@
 --   BENCH_REPS=N           repetitions of every timed figure (default 5, quick 3; the heavy-work
 --                          scripts' rounds only when set: unset, their own defaults)
 --   BENCH_NICE=N           run measuring processes under `nice -n N` (default 0)
---   BENCH_RUNTIMES="..."   runtimes of the micro benchmark and callgrind (lua5.1 lua5.4 luajit)
+--   BENCH_RUNTIMES="..."   runtimes of the micro benchmark and callgrind (lua5.1 lua5.4 lua5.5 luajit)
 --   BENCH_WORKLOAD_LUA=..  runtime of the workload matrix (default lua5.4)
 --   BENCH_CPUS="1 2"       CPU counts of the workload (taskset -c 0..N-1)
 --   VMPOOL_PEERS=DIR       Lua Lanes and effil built by bench/peers/build.sh into DIR/<lua>/: the
@@ -44,7 +44,7 @@ local function words(s)
   return t
 end
 
-local RUNTIMES = words(env("BENCH_RUNTIMES") or "lua5.1 lua5.4 luajit")
+local RUNTIMES = words(env("BENCH_RUNTIMES") or "lua5.1 lua5.4 lua5.5 luajit")
 local WORKLOAD_LUA = env("BENCH_WORKLOAD_LUA") or "lua5.4"
 local CPUS = words(env("BENCH_CPUS") or "1 2")
 for i, c in ipairs(CPUS) do CPUS[i] = tonumber(c) end
@@ -91,7 +91,7 @@ local function now() return tonumber(capture("date +%s.%N")) or os.time() end
 
 --- the module trees -----------------------------------------------------------------------------
 
-local LUA_VERSION_DIR = { ["lua5.1"] = "5.1", ["luajit"] = "5.1", ["lua5.4"] = "5.4" }
+local LUA_VERSION_DIR = { ["lua5.1"] = "5.1", ["luajit"] = "5.1", ["lua5.4"] = "5.4", ["lua5.5"] = "5.5" }
 
 --- The directory holding vmpool.so for runtime `lua` in tree `tree` ("rock" or "count"), or a
 --- `{ root = DIR }` tree built elsewhere (bench/compare).
@@ -124,7 +124,8 @@ local function command_of(spec, sample_file)
       cpath = cpath .. spec.peers .. "/lib/?.so;"
       path = " LUA_PATH=" .. sh_quote(spec.peers .. "/share/?.lua;;")
     end
-    parts[#parts + 1] = "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_CPATH_5_4 -u LUA_PATH_5_4 LUA_CPATH=" ..
+    parts[#parts + 1] = "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_CPATH_5_4 -u LUA_PATH_5_4 -u LUA_INIT_5_5 " ..
+      "-u LUA_CPATH_5_5 -u LUA_PATH_5_5 LUA_CPATH=" ..
       sh_quote(cpath .. ";") .. path
   end
   if NICE ~= 0 then parts[#parts + 1] = "nice -n " .. NICE end
@@ -182,7 +183,7 @@ local function machine()
   m.kernel = capture("uname -r")
   m.os = (B.read_file("/etc/os-release") or ""):match('PRETTY_NAME="([^"]+)"')
   m.lua = {}
-  for _, lua in ipairs { "lua5.1", "lua5.4", "luajit" } do
+  for _, lua in ipairs { "lua5.1", "lua5.4", "lua5.5", "luajit" } do
     m.lua[lua] = capture(lua .. " -v", true):match("^[^\n]*")
   end
   m.rustc = capture("rustc -V")
@@ -241,7 +242,8 @@ local function peers_dir(lua) return PEERS and (PEERS .. "/" .. lua) or nil end
 local function baseline_presence(lua)
   local out = {}
   local dirp = peers_dir(lua)
-  local prefix = "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_PATH_5_4 -u LUA_CPATH_5_4 "
+  local prefix = "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_PATH_5_4 -u LUA_CPATH_5_4 -u LUA_INIT_5_5 -u LUA_PATH_5_5 " ..
+    "-u LUA_CPATH_5_5 "
   if dirp then
     prefix = prefix .. "LUA_PATH=" .. sh_quote(dirp .. "/share/?.lua;;") .. " LUA_CPATH=" ..
       sh_quote(dirp .. "/lib/?.so;;") .. " "

@@ -12,7 +12,10 @@
 set -eu
 cd "$(dirname "$0")/.."
 what=${1:-report}
-runtimes=${BENCH_RUNTIMES:-"lua5.1 lua5.4 luajit"}
+runtimes=${BENCH_RUNTIMES:-"lua5.1 lua5.4 lua5.5 luajit"}
+# Lua 5.5 is the one scripts/lua55.sh builds (bench/build.sh, through scripts/rock.sh)
+PATH="$PWD/target/lua5.5/bin:$PATH"
+export PATH
 case "$what" in
   render)
     exec lua5.4 bench/report.lua

@@ -4,10 +4,10 @@
 # builds the matching cargo feature and leaves the module at target/rock/vmpool.so.
 set -eu
 lua="$1"
-feature=$("$lua" -e 'if jit then print("luajit") else print((_VERSION:gsub("^Lua 5%.([1-4])$", "lua5%1"))) end')
+feature=$("$lua" -e 'if jit then print("luajit") else print((_VERSION:gsub("^Lua 5%.([1-5])$", "lua5%1"))) end')
 case "$feature" in
-  luajit|lua51|lua52|lua53|lua54) ;;
-  *) echo "vmpool: $feature is not supported (use Lua 5.1 to 5.4 or LuaJIT)" >&2; exit 1 ;;
+  luajit|lua51|lua52|lua53|lua54|lua55) ;;
+  *) echo "vmpool: $feature is not supported (use Lua 5.1 to 5.5 or LuaJIT)" >&2; exit 1 ;;
 esac
 if ! command -v cargo >/dev/null 2>&1; then
   echo "vmpool: cargo (Rust >= 1.88) is needed to build vmpool; see README.md" >&2

@@ -11,7 +11,7 @@ source = {
   dir = "vmpool-0.1.0",
 }
 description = {
-  summary = "A pool of child Lua states on OS threads (Lua 5.1 to 5.4, LuaJIT, OpenResty)",
+  summary = "A pool of child Lua states on OS threads (Lua 5.1 to 5.5, LuaJIT, OpenResty)",
   detailed = [[
 vmpool precompiles chunks once, ships the bytecode to a pool of child Lua states running on OS
 threads, and dispatches pool:invoke(chunk, fn, ...) to a free state. Core states stay resident,
@@ -23,7 +23,7 @@ Building needs a Rust toolchain (cargo >= 1.88).
   labels = { "concurrency", "threads", "openresty" },
 }
 dependencies = {
-  "lua >= 5.1, < 5.5",
+  "lua >= 5.1, < 5.6",
 }
 build = {
   type = "command",

@@ -7,7 +7,7 @@ source = {
   url = "git+file:///dev/null", -- `luarocks make` builds the checkout it runs in
 }
 description = {
-  summary = "A pool of child Lua states on OS threads (Lua 5.1 to 5.4, LuaJIT, OpenResty)",
+  summary = "A pool of child Lua states on OS threads (Lua 5.1 to 5.5, LuaJIT, OpenResty)",
   detailed = [[
 vmpool precompiles chunks once, ships the bytecode to a pool of child Lua states running on OS
 threads, and dispatches pool:invoke(chunk, fn, ...) to a free state. Core states stay resident,
@@ -17,7 +17,7 @@ is exhausted, and coroutine-aware variants keep an event loop (OpenResty) free w
   license = "MIT",
 }
 dependencies = {
-  "lua >= 5.1, < 5.5",
+  "lua >= 5.1, < 5.6",
 }
 build = {
   type = "command",

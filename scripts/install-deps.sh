@@ -7,6 +7,11 @@ set -eu
 pkgs="lua5.1 liblua5.1-0-dev lua5.2 liblua5.2-dev lua5.3 liblua5.3-dev lua5.4 liblua5.4-dev luajit2 libluajit2-5.1-dev luarocks lua-busted
       lua-check lua-socket lua-posix lua-cqueues lua-luv nginx libnginx-mod-http-lua lua-resty-core wrk procps
       pkg-config gcc make git zip unzip python3 $*"
+# binutils (objdump): make dist checks the binary rock's libraries; curl, iproute2: the binary
+# rock's smoke test in nginx, inside a network namespace with only loopback (scripts/install-check.sh)
+pkgs="$pkgs binutils curl iproute2"
+# m4, libssl-dev, libuv1-dev: cqueues and luv built for Lua 5.5 (scripts/lua55.sh)
+pkgs="$pkgs m4 libssl-dev libuv1-dev"
 missing=""
 # lua-cjson: spec/null_spec.lua checks that JSON nulls cross between states
 pkgs="$pkgs lua-cjson"

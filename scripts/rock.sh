@@ -1,10 +1,12 @@
 #!/bin/sh
 # Builds and installs the rock with LuaRocks into lua_modules/<LUA>/ (one tree per runtime: PUC 5.1
 # and LuaJIT both install into lib/lua/5.1, so sharing a tree would let the last install win).
-# Usage: scripts/rock.sh lua5.1|lua5.2|lua5.3|lua5.4|luajit
+# Lua 5.5 is the one scripts/lua55.sh builds into target/lua5.5 (run here first).
+# Usage: scripts/rock.sh lua5.1|lua5.2|lua5.3|lua5.4|lua5.5|luajit
 set -eu
 cd "$(dirname "$0")/.."
 LUA=${1:-lua5.4}
+if [ "$LUA" = lua5.5 ]; then scripts/lua55.sh; fi
 . scripts/luaenv.sh
 mkdir -p "$VMPOOL_TREE"
 vmpool_luarocks_config "$PWD/$VMPOOL_TREE"

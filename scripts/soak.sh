@@ -8,7 +8,7 @@
 # Usage: scripts/soak.sh [runtimes]
 set -eu
 cd "$(dirname "$0")/.."
-runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 luajit"}
+runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 lua5.5 luajit"}
 seconds=${SOAK_SECONDS:-20}
 # glibc's per-thread arenas keep memory freed by other threads' large allocations; two arenas keep
 # the RSS figures (printed as information) comparable between runs
@@ -16,9 +16,17 @@ export MALLOC_ARENA_MAX=2
 offline=""
 [ -d vendor ] && offline="--offline"
 
+# Lua 5.5 is the one scripts/lua55.sh builds (see scripts/luaenv.sh)
+case " $runtimes " in
+  *" lua5.5 "*)
+    scripts/lua55.sh
+    PATH="$PWD/target/lua5.5/bin:$PATH"
+    ;;
+esac
+
 # build_count LUA: the count-alloc module for LUA, in lua_modules/LUA-count/vmpool.so
 build_count() {
-  feature=$("$1" -e 'if jit then print("luajit") else print(({["Lua 5.1"]="lua51",["Lua 5.2"]="lua52",["Lua 5.3"]="lua53",["Lua 5.4"]="lua54"})[_VERSION] or "?") end')
+  feature=$("$1" -e 'if jit then print("luajit") else print(({["Lua 5.1"]="lua51",["Lua 5.2"]="lua52",["Lua 5.3"]="lua53",["Lua 5.4"]="lua54",["Lua 5.5"]="lua55"})[_VERSION] or "?") end')
   cargo build --quiet --release --locked $offline --no-default-features \
     --features "$feature,module,count-alloc" --target-dir "target/soak-$feature"
   mkdir -p "lua_modules/$1-count"
@@ -28,7 +36,7 @@ build_count() {
 
 # soak LUA SECONDS: runs the soak with the count-alloc module first on LUA_CPATH
 soak() {
-  LUA_CPATH="$PWD/lua_modules/$1-count/?.so;;" "$1" bench/soak.lua "$2"
+  LUA_CPATH="$PWD/lua_modules/$1-count/?.so;;" LUA_CPATH_5_5="$PWD/lua_modules/$1-count/?.so;;" "$1" bench/soak.lua "$2"
 }
 
 first=""

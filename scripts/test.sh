@@ -2,22 +2,30 @@
 # Runs every test suite: Rust tests, the same under ThreadSanitizer, bounded fuzzing, then for each
 # runtime the rock installed by LuaRocks, the busted specs against it and a short soak test; with
 # LuaJIT also the nginx (OpenResty) integration suite (scripts/test-ngx.sh) and vmpool inside
-# Neovim (scripts/test-nvim.sh); last, the packed
-# release rock (make dist) installed into a fresh tree as a user would (scripts/install-check.sh).
-# Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 luajit]; TSAN=0, FUZZ_SECONDS=0, PORTABLE=0,
+# Neovim (scripts/test-nvim.sh); last, the packed release (make dist) installed into fresh trees as
+# users would (scripts/install-check.sh): the binary rock on every runtime (INSTALL_RUNTIMES) with
+# no Rust toolchain and no network, LuaJIT also inside nginx and Neovim, and the source rock on Lua
+# 5.4 (SOURCE_RUNTIMES).
+# Lua 5.5 is built from sources first (scripts/lua55.sh, through scripts/rock.sh), with the fuzz
+# targets' seeds run against it (scripts/fuzz.sh seeds).
+# Usage: scripts/test.sh [lua5.1 lua5.2 lua5.3 lua5.4 lua5.5 luajit]; TSAN=0, FUZZ_SECONDS=0, PORTABLE=0,
 # SOAK_SECONDS=0, BUDGETS=0, BENCH_SMOKE=0 and BENCH_ADAPTERS=0 skip the TSan runs, fuzzing, the
 # portable-sys fallback, the soak test, the instruction budgets (scripts/budgets.sh), the quick run
 # of every benchmark script (scripts/bench-smoke.sh) and the adapters' short benchmark with its
 # wake-up checks.
 set -eu
 cd "$(dirname "$0")/.."
-runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 luajit"}
+runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 lua5.5 luajit"}
 echo "== cargo test"
 cargo test --quiet --locked
 # the bookkeeping's thread-safety under ThreadSanitizer (TSAN=0 skips)
 if [ "${TSAN:-1}" != 0 ]; then scripts/tsan.sh; fi
 # bounded fuzzing of the value decoder and chunk loading (FUZZ_SECONDS per target, 0 skips)
-if [ "${FUZZ_SECONDS:-30}" != 0 ]; then scripts/fuzz.sh; fi
+if [ "${FUZZ_SECONDS:-30}" != 0 ]; then
+  scripts/fuzz.sh
+  # Lua 5.5: every seed of the corpus once, the targets built with 5.5 inside
+  case " $runtimes " in *" lua5.5 "*) FUZZ_LUA=lua55 scripts/fuzz.sh seeds ;; esac
+fi
 # the portable fallback of src/sys.rs, as systems other than Linux build it: the Rust tests and the
 # busted suite on Lua 5.4 with the portable-sys feature (PORTABLE=0 skips)
 if [ "${PORTABLE:-1}" != 0 ]; then
@@ -68,6 +76,7 @@ if [ "${BENCH_ADAPTERS:-1}" != 0 ]; then
   echo "== $bench_lua: bench/adapters.lua --short (wake-ups per call, main-thread CPU while waiting)"
   ( LUA=$bench_lua && . scripts/luaenv.sh && "$bench_lua" bench/adapters.lua --short )
 fi
-echo "== packed rock: make dist, luarocks install --server=dist into a fresh tree"
+echo "== packed rocks: make dist, then luarocks install into fresh trees (binary rock: no Rust, no network)"
 scripts/dist.sh
-scripts/install-check.sh "${INSTALL_RUNTIMES:-lua5.4}"
+# shellcheck disable=SC2086 # a list of runtimes
+scripts/install-check.sh ${INSTALL_RUNTIMES:-$runtimes}

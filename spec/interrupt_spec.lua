@@ -130,7 +130,7 @@ describe("Ctrl-C while the host waits", function()
     assert.matches("next\t8", out)
   end)
 
-  it("ends a wait inside a coroutine on Lua 5.2 to 5.4, where the main thread's hook is visible", function()
+  it("ends a wait inside a coroutine on Lua 5.2 to 5.5, where the main thread's hook is visible", function()
     if vmpool.runtime == "Lua 5.1" or vmpool.runtime == "LuaJIT" then
       pending("Lua 5.1 and LuaJIT do not let a coroutine reach the main thread's hook")
       return

@@ -77,7 +77,7 @@ end)
 
 describe("results that cannot cross", function()
   -- what the host can push in one C call, less a margin (MAX_RESULTS in src/child.rs): Lua 5.1
-  -- and LuaJIT allow 8,000 slots per C call, 5.2 to 5.4 a million per thread
+  -- and LuaJIT allow 8,000 slots per C call, 5.2 to 5.5 a million per thread
   local LIMIT = (vmpool.runtime == "Lua 5.1" or IS_LUAJIT) and 7900 or 900000
 
   local function returning(n)

@@ -307,7 +307,7 @@ describe("error messages", function()
 
   -- the make rock LUA=... name of each runtime, and of the one running these specs
   local ROCK_NAMES = { LuaJIT = "luajit", ["Lua 5.1"] = "lua5.1", ["Lua 5.2"] = "lua5.2", ["Lua 5.3"] = "lua5.3",
-    ["Lua 5.4"] = "lua5.4" }
+    ["Lua 5.4"] = "lua5.4", ["Lua 5.5"] = "lua5.5" }
   it("BadArgument: no other runtime's build opens here (the linker refuses it or vmpool names the right build)",
     function()
       local here = ROCK_NAMES[vmpool.runtime]

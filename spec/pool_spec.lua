@@ -583,8 +583,8 @@ describe("pool:close", function()
     assert.are.same({}, Gate.threads_left(before))
   end)
 
-  if _VERSION == "Lua 5.4" then
-    it("happens on scope exit for a <close> variable (Lua 5.4)", function()
+  if _VERSION == "Lua 5.4" or _VERSION == "Lua 5.5" then
+    it("happens on scope exit for a <close> variable (Lua 5.4 and 5.5)", function()
       local closed_pool = load([[
         local vmpool = ...
         local outer

@@ -55,6 +55,14 @@ describe("the release", function()
     assert.is_true(same(scm.build.copy_directories, release.build.copy_directories), "copy_directories differ")
   end)
 
+  it("promises in the README the oldest glibc that make dist holds the binary rock to", function()
+    local claim = assert(read("scripts/dist.sh"):match("\nGLIBC_CLAIM=([%d.]+)\n"), "no GLIBC_CLAIM in scripts/dist.sh")
+    local readme = read("README.md")
+    for _, words in ipairs { "glibc " .. claim .. " or newer", "glibc " .. claim .. " is the oldest" } do
+      assert.truthy(readme:find(words, 1, true), "README.md does not say '" .. words .. "'")
+    end
+  end)
+
   it("is the version the loaded module reports", function()
     assert.are.equal(CARGO_VERSION, vmpool._VERSION)
   end)

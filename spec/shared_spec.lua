@@ -122,7 +122,7 @@ describe("vmpool.shared", function()
     end)
 
     if has_integers then
-      it("keeps integers integers on Lua 5.4", function()
+      it("keeps integers integers on Lua 5.3 and later", function()
         local d = fresh()
         d:set("i", 3)
         assert.are.equal("integer", math.type(d:get("i")))

@@ -9,6 +9,8 @@ use crate::Error;
 // mlua refuses to build with more than one runtime feature, so exactly one of these applies.
 #[cfg(feature = "luajit")]
 pub const RUNTIME: &str = "LuaJIT";
+#[cfg(feature = "lua55")]
+pub const RUNTIME: &str = "Lua 5.5";
 #[cfg(feature = "lua54")]
 pub const RUNTIME: &str = "Lua 5.4";
 #[cfg(feature = "lua53")]
@@ -41,6 +43,8 @@ pub fn is_buffer_memory_error(message: Option<&[u8]>) -> bool {
 pub fn host_runtime() -> Option<&'static str> {
     if exported(c"luaJIT_setmode") {
         Some("LuaJIT")
+    } else if exported(c"lua_pushexternalstring") {
+        Some("Lua 5.5")
     } else if exported(c"lua_newuserdatauv") {
         Some("Lua 5.4")
     } else if exported(c"lua_rotate") {
@@ -58,6 +62,7 @@ pub fn host_runtime() -> Option<&'static str> {
 fn rock_name(runtime: &str) -> &'static str {
     match runtime {
         "LuaJIT" => "luajit",
+        "Lua 5.5" => "lua5.5",
         "Lua 5.4" => "lua5.4",
         "Lua 5.3" => "lua5.3",
         "Lua 5.2" => "lua5.2",

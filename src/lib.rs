@@ -1,6 +1,6 @@
 //! # vmpool
 //!
-//! A pool of child Lua states on OS threads for a host Lua program (Lua 5.1 to 5.4, LuaJIT,
+//! A pool of child Lua states on OS threads for a host Lua program (Lua 5.1 to 5.5, LuaJIT,
 //! OpenResty). The host compiles chunks once; each child state loads the bytecode once and keeps
 //! it; `pool:invoke(chunk, fn, ...)` runs `fn` in a free state and returns its results.
 //!
@@ -38,7 +38,7 @@
 //! `docs/architecture.md` is the map: one paragraph per module, and the path of a call and of a
 //! wake-up through them.
 //!
-//! Build one cargo feature per runtime (`lua51`, `lua52`, `lua53`, `lua54`, `luajit`) plus `module` for the loadable
+//! Build one cargo feature per runtime (`lua51`, `lua52`, `lua53`, `lua54`, `lua55`, `luajit`) plus `module` for the loadable
 //! library; without `module` the crate links the system Lua, which is how `cargo test` runs.
 
 // What already holds, kept: every unsafe block says why it is sound, unsafe functions mark their
@@ -54,9 +54,10 @@
     feature = "lua52",
     feature = "lua53",
     feature = "lua54",
+    feature = "lua55",
     feature = "luajit"
 )))]
-compile_error!("select a Lua runtime: --features lua51, lua52, lua53, lua54 or luajit");
+compile_error!("select a Lua runtime: --features lua51, lua52, lua53, lua54, lua55 or luajit");
 
 // `host` (and `abi`, which it calls) are reached only through `luaopen_vmpool`, which exists in
 // the loadable-module build; the Rust tests build without it.

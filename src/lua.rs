@@ -127,7 +127,7 @@ impl State {
     /// or LuaJIT, whose numbers are all floats.
     #[inline]
     pub fn to_integer_exact(self, idx: c_int) -> Option<i64> {
-        #[cfg(any(feature = "lua53", feature = "lua54"))]
+        #[cfg(any(feature = "lua53", feature = "lua54", feature = "lua55"))]
         {
             // SAFETY: as for `top`.
             unsafe {
@@ -557,8 +557,12 @@ impl State {
             sz: usize,
             ud: *mut c_void,
         ) -> c_int {
+            // Lua 5.5 ends the dump with a call that passes no block (NULL, 0)
+            if p.is_null() || sz == 0 {
+                return 0;
+            }
             // SAFETY: `ud` is the `Vec` passed below, alive for the whole `lua_dump` call; Lua hands
-            // `sz` readable bytes at `p`.
+            // `sz` readable bytes at `p` (not null: checked above).
             unsafe {
                 let out = &mut *(ud as *mut Vec<u8>);
                 out.extend_from_slice(std::slice::from_raw_parts(p as *const u8, sz));
@@ -570,6 +574,19 @@ impl State {
         let rc =
             unsafe { ffi::lua_dump(self.0, writer, &mut out as *mut Vec<u8> as *mut c_void, 0) };
         (rc == 0 && !out.is_empty()).then_some(out)
+    }
+
+    /// Bytes the collector counts as in use (`collectgarbage("count")`, exact).
+    #[cfg(feature = "lua55")]
+    pub fn gc_count_bytes(self) -> usize {
+        // SAFETY: as for `push_nil`; counting neither allocates nor raises.
+        let (kb, b) = unsafe {
+            (
+                ffi::lua_gc(self.0, ffi::LUA_GCCOUNT),
+                ffi::lua_gc(self.0, ffi::LUA_GCCOUNTB),
+            )
+        };
+        kb.max(0) as usize * 1024 + b.max(0) as usize
     }
 
     /// Full garbage collection.

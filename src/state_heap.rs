@@ -70,6 +70,24 @@ pub struct OwnedState {
     account: Option<Arc<Account>>,
 }
 
+/// `lua_newstate`; Lua 5.5's takes the seed of its string hashes too, made as `luaL_newstate`
+/// makes it.
+///
+/// # Safety
+/// As `lua_newstate`: `f` follows `lua_Alloc`'s contract for `ud` while the state lives.
+unsafe fn new_state(f: ffi::lua_Alloc, ud: *mut c_void) -> *mut ffi::lua_State {
+    #[cfg(feature = "lua55")]
+    // SAFETY: the caller's contract; `luaL_makeseed` reads no state (it is given none).
+    unsafe {
+        ffi::lua_newstate(f, ud, ffi::luaL_makeseed(std::ptr::null_mut()))
+    }
+    #[cfg(not(feature = "lua55"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        ffi::lua_newstate(f, ud)
+    }
+}
+
 impl OwnedState {
     /// Creates a state with the standard libraries. A state the system has no memory for is an
     /// error, never an abort.
@@ -77,7 +95,7 @@ impl OwnedState {
         let account = Arc::new(Account::default());
         // SAFETY: `allocate` follows `lua_Alloc`'s contract; `account` outlives the state (it is
         // kept in `OwnedState`, and `Drop` closes the state before letting go of it).
-        let raw = unsafe { ffi::lua_newstate(allocate, Arc::as_ptr(&account) as *mut c_void) };
+        let raw = unsafe { new_state(allocate, Arc::as_ptr(&account) as *mut c_void) };
         let (raw, account) = if !raw.is_null() {
             (raw, Some(account))
         } else if cfg!(feature = "luajit") {

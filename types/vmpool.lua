@@ -5,7 +5,7 @@
 -- every function, method and option of the module appears here. Every error is a plain string
 -- that starts with "vmpool:" (README.md, "Errors").
 
----@alias vmpool.Runtime "Lua 5.1"|"Lua 5.2"|"Lua 5.3"|"Lua 5.4"|"LuaJIT"
+---@alias vmpool.Runtime "Lua 5.1"|"Lua 5.2"|"Lua 5.3"|"Lua 5.4"|"Lua 5.5"|"LuaJIT"
 
 ---@class vmpool
 ---@field _VERSION string The library version, e.g. "0.1.0".
@@ -225,7 +225,7 @@ function Pool:stats(options) end
 function Pool:collect() end
 
 ---Fails queued calls, waits for running calls, closes every state and joins every thread.
----Idempotent; garbage collection (and <close> on Lua 5.4) does the same.
+---Idempotent; garbage collection (and <close> on Lua 5.4 and 5.5) does the same.
 function Pool:close() end
 
 ---@class vmpool.Stats

@@ -25,7 +25,7 @@ local function counts_table(cg)
   w("")
   local rows = {}
   local rts = {}
-  for _, lua in ipairs { "lua5.1", "lua5.4", "luajit" } do
+  for _, lua in ipairs { "lua5.1", "lua5.4", "lua5.5", "luajit" } do
     if cg.per_call[lua] then rts[#rts + 1] = lua end
   end
   for _, kind in ipairs { "direct", "invoke", "echo10", "co_invoke" } do

@@ -29,7 +29,7 @@ function M.load(prefix)
   M.ngx_trivial, M.ngx_instructions = load_saved("ngx-trivial", prefix), load_saved("ngx-instructions", prefix)
 end
 
-local RUNTIME_LABEL = { ["lua5.1"] = "Lua 5.1", ["lua5.4"] = "Lua 5.4", ["luajit"] = "LuaJIT" }
+local RUNTIME_LABEL = { ["lua5.1"] = "Lua 5.1", ["lua5.4"] = "Lua 5.4", ["lua5.5"] = "Lua 5.5", ["luajit"] = "LuaJIT" }
 
 --- summary of figure `name`'s microseconds over the runs of `key` ("lua5.4:2")
 local function micro_fig(key, name)

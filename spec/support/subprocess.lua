@@ -6,7 +6,8 @@ local vmpool = require "vmpool"
 local Sub = {}
 
 local INTERPRETERS = {
-  ["Lua 5.1"] = "lua5.1", ["Lua 5.2"] = "lua5.2", ["Lua 5.3"] = "lua5.3", ["Lua 5.4"] = "lua5.4", ["LuaJIT"] = "luajit",
+  ["Lua 5.1"] = "lua5.1", ["Lua 5.2"] = "lua5.2", ["Lua 5.3"] = "lua5.3", ["Lua 5.4"] = "lua5.4",
+  ["Lua 5.5"] = "lua5.5", ["LuaJIT"] = "luajit",
 }
 Sub.interpreter = INTERPRETERS[vmpool.runtime]
 

@@ -46,7 +46,7 @@ const FUNC_NAME: c_int = 4;
 const BASE: c_int = 4;
 
 /// Most results one call may return: what the host can push onto its stack in one C call (Lua 5.1
-/// and LuaJIT allow 8,000 slots per C call, Lua 5.4 a million per thread), less a margin.
+/// and LuaJIT allow 8,000 slots per C call, Lua 5.4 and 5.5 a million per thread), less a margin.
 const MAX_RESULTS: c_int = if cfg!(any(feature = "lua51", feature = "luajit")) {
     7_900
 } else {
@@ -395,6 +395,7 @@ end
                 false,
             ),
         };
+        let replace = replace || self.collect_uncounted(call);
         if map {
             // the results go back in the call; the items' buffer is kept for the next batch
             std::mem::swap(&mut buf, &mut out);
@@ -407,6 +408,27 @@ end
         data.items_done = items_done;
         std::mem::swap(&mut self.func, &mut data.func);
         (outcome, replace)
+    }
+
+    /// Lua 5.5 builds the strings of `luaL_Buffer` (`string.rep`, `table.concat`, `string.format`,
+    /// ...) in blocks its collector does not count, so their garbage never starts a cycle, and a
+    /// buffer that grows past the memory limit fails without the emergency collection other
+    /// allocations get: with a memory limit, a state whose uncounted bytes pass a quarter of it
+    /// is collected after the call. Returns whether the state must be replaced (as `collect`).
+    #[cfg(feature = "lua55")]
+    fn collect_uncounted(&mut self, call: &Call) -> bool {
+        let Some(limit) = self.memory_limit else {
+            return false;
+        };
+        if self.heap.used().saturating_sub(self.st.gc_count_bytes()) <= limit / 4 {
+            return false;
+        }
+        self.collect(call)
+    }
+
+    #[cfg(not(feature = "lua55"))]
+    fn collect_uncounted(&mut self, _call: &Call) -> bool {
+        false
     }
 
     /// A full garbage collection (twice: objects resurrected by finalizers go in the second),

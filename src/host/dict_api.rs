@@ -406,11 +406,11 @@ fn number_arg(st: State, idx: c_int, method: &str, name: &str) -> Result<Number,
 }
 
 /// The number of the numeric string at `idx`, converted as Lua's own arithmetic converts it: on
-/// Lua 5.4 an integer string ("3", "0x10") gives an integer, so `incr(k, "3")` on an integer
+/// Lua 5.4 and 5.5 an integer string ("3", "0x10") gives an integer, so `incr(k, "3")` on an integer
 /// keeps it an integer as `0 + "3"` does there. Lua 5.3's arithmetic turns every string into a
 /// float (`0 + "3"` is 3.0), and so does this; elsewhere every number is a float anyway.
 fn string_number(st: State, idx: c_int) -> Result<Number, Error> {
-    #[cfg(feature = "lua54")]
+    #[cfg(any(feature = "lua54", feature = "lua55"))]
     {
         if !st.check_stack(1) {
             return Err(Error::no_stack("a shared dictionary's arguments"));
