@@ -101,12 +101,14 @@ describe("ngx in pool states (the peer's t/166-worker-thread.t tests 18-47)", fu
     t3 = "true , true\n",
     t5 = "true , true\n",
     t6 = "true , true\n",
-    t7 = { "^false : vmpool: cannot pass argument #1 to 'hello': a function value %(only nil" },
+    -- ngx.run_worker_thread refuses functions; vmpool carries them (7, 13, 14, and 15, where the
+    -- function is the callee)
+    t7 = "true : hello\n",
     t8 = "true : hello , 200\n",
     t9 = { "^false : vmpool: unknown chunk 'no such module'" },
-    t13 = { "^false : vmpool: cannot pass argument #1 to 'hello': a function value at %[1%]%.dummy %(" },
-    t14 = { "^false , vmpool: cannot pass result #1 of 'hello': a function value at %[1%]%.dummy %(" },
-    t15 = { "^false : vmpool: bad argument #1 to 'co_invoke'" },
+    t13 = "true : hello\n",
+    t14 = "",
+    t15 = "true : nil\n",
     t16 = { "^false : vmpool: bad argument #2 to 'co_invoke'" },
     -- ngx.run_worker_thread refuses cyclic tables; vmpool carries them as cycles
     t48 = "true , true\n",

@@ -140,7 +140,9 @@ impl PoolHandle {
     }
 
     /// Builds a call from arguments `chunk, fn, ...` starting at stack slot `base`, in a call
-    /// record taken from `cache` (this pool's own if `None`; given back to it on error).
+    /// record taken from `cache` (this pool's own if `None`; given back to it on error). For
+    /// `fn, ...` with a Lua function, the function travels first in the message, its prototype
+    /// beside it (see `value/func.rs`), and the anonymous chunk stands for the chunk.
     pub fn prepare_with(
         &mut self,
         st: State,
@@ -149,18 +151,24 @@ impl PoolHandle {
         cache: Option<&mut CallCache>,
     ) -> Result<Arc<Call>, Error> {
         self.check()?;
-        let name = st
-            .to_bytes(base)
-            .ok_or_else(|| bad_arg(st, base, 1, method, "a chunk name (string)"))?;
-        let func = st
-            .to_bytes(base + 1)
-            .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
-        let chunk = self.chunk(name)?;
-        let nargs = st.top() - (base + 2) + 1;
+        let callee = st.type_of(base) == crate::lua::TFUNCTION;
+        let (chunk, func, first) = if callee {
+            (Chunk::anonymous(), &b"the function called"[..], base)
+        } else {
+            let name = st
+                .to_bytes(base)
+                .ok_or_else(|| bad_arg(st, base, 1, method, "a chunk name (string)"))?;
+            let func = st
+                .to_bytes(base + 1)
+                .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
+            (self.chunk(name)?, func, base + 2)
+        };
+        let count = st.top() - first + 1;
+        let nargs = count - c_int::from(callee);
         if nargs > MAX_ARGS {
             return Err(too_many_args(func, nargs.into()));
         }
-        reserve_encoding_stack(st, base + 2)?;
+        reserve_encoding_stack(st, first)?;
         let cache = match cache {
             Some(c) => c,
             None => &mut self.cache,
@@ -169,16 +177,20 @@ impl PoolHandle {
         let encoded = match Arc::get_mut(&mut call) {
             Some(c) => {
                 let d = c.data.get_mut();
-                d.func.extend_from_slice(func);
+                let role = if callee {
+                    Role::Callee
+                } else {
+                    Role::Argument(func)
+                };
+                let r = self.encoder.encode(st, first, count, &mut d.buf, role);
+                d.protos = self.encoder.take_protos();
+                d.func.extend_from_slice(match d.protos.first() {
+                    Some(p) if callee => p.label().as_bytes(),
+                    _ if callee => b"C function",
+                    _ => func,
+                });
                 d.chunk = Some(chunk);
-                let first = base + 2;
-                self.encoder.encode(
-                    st,
-                    first,
-                    st.top() - first + 1,
-                    &mut d.buf,
-                    Role::Argument(func),
-                )
+                r
             }
             None => Err(Error::Internal("a spare call was shared".into())),
         };
@@ -204,7 +216,8 @@ const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 /// LuaJIT when it cannot: make that room first, protected, if any argument from `first` on is a
 /// table (the encoder's own checks then find it there).
 fn reserve_encoding_stack(st: State, first: c_int) -> Result<(), Error> {
-    if !(first..=st.top()).any(|i| st.type_of(i) == crate::lua::TTABLE) {
+    let nests = |t| t == crate::lua::TTABLE || t == crate::lua::TFUNCTION;
+    if !(first..=st.top()).any(|i| nests(st.type_of(i))) {
         return Ok(());
     }
     protected(
@@ -251,12 +264,18 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
     if let Some(n) = value::push_scalars(st, buf, UNPROTECTED_RESULTS) {
         return Ok(n);
     }
+    // the prototypes of functions among the results travel in the record (see `value/func.rs`)
+    let protos = if value::has_functions(buf) {
+        call.data.lock().protos.clone()
+    } else {
+        Vec::new()
+    };
     let mut corrupt = None;
     let n = protected(
         st,
         0,
         || format!("receiving the results of {}", call_name(call)),
-        &mut |st| match value::push_values(st, buf) {
+        &mut |st| match value::push_message(st, buf, &protos, None, false) {
             Ok(n) => n,
             Err(c) => {
                 corrupt = Some(c.0);
@@ -266,6 +285,10 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
     )?;
     match corrupt {
         None => Ok(n),
+        Some(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
+            "cannot pass the results of {}: {what}",
+            call_name(call)
+        ))),
         Some(what) => Err(Error::Internal(format!("cannot decode results: {what}"))),
     }
 }
@@ -274,5 +297,8 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
 fn call_name(call: &Call) -> String {
     let d = call.data.lock();
     let chunk = d.chunk.as_ref().map_or("?", |c| c.name.as_str());
+    if chunk.is_empty() {
+        return String::from_utf8_lossy(&d.func).into_owned();
+    }
     format!("{chunk}:{}", String::from_utf8_lossy(&d.func))
 }

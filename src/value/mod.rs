@@ -17,12 +17,27 @@
 //! | 6 | table | `u32` array length n, `u32` hash count m, n values, m key/value pairs |
 //! | 7 | light userdata | the pointer as `u64` LE |
 //! | 8 | table reached again later in the message | as tag 6 |
-//! | 9 | that table again | `u32` byte offset of its tag 8 from the message start |
+//! | 9 | that table or function again | `u32` byte offset of its tag 8 or 11 from the message start |
+//! | 10 | Lua function | `u32` index into the message's prototypes, `u8` flags, `u8` upvalue count n, n upvalues |
+//! | 11 | function reached again later in the message (or whose upvalue another joins) | as tag 10 |
+//! | 12 | (upvalue only) `_ENV`: the receiving state's globals | - |
+//! | 13 | (upvalue only) the same variable as upvalue m of an earlier function | `u32` offset of its tag 11, `u8` m |
+//! | 14 | standard library C function | `u8` length, its name (`string.format`) |
 //!
-//! A table reached a second time within one message (shared, or a cycle) is sent once: the
-//! encoder patches its first tag to 8 and writes a reference (9) for every later visit, so plain
-//! trees pay one lookup per table and no extra bytes. The decoder registers a tag-8 table before
-//! its contents, so a reference from inside it (a cycle) finds it.
+//! Bit 31 of the count says the message holds Lua functions: their prototypes travel beside the
+//! message (see `func.rs`), so a receiver only fetches that list when it is needed.
+//!
+//! A table or function reached a second time within one message (shared, or a cycle) is sent
+//! once: the encoder patches its first tag to 8 (11) and writes a reference (9) for every later
+//! visit, so plain trees pay one lookup per table and no extra bytes. The decoder registers a
+//! shared table or function before its contents (upvalues), so a reference from inside it (a
+//! cycle, a recursive local function) finds it.
+//!
+//! A function's upvalues are copied as values, each time it is sent. Where the runtime can join
+//! upvalues (5.2+, LuaJIT), two functions of one message that share an upvalue (one variable)
+//! share it on arrival too (tag 13), and both carry flag [`JOINED`]. `_ENV` is not copied: it
+//! refers to the receiving state's globals, as globals do on 5.1 and LuaJIT, where a function
+//! gets the receiving state's globals as its environment.
 //!
 //! A light userdata is a bare pointer that Lua never dereferences. The NULL one is how
 //! `ngx.null` and `cjson.null` spell JSON's null, so it must cross; it arrives as the receiving
@@ -31,14 +46,16 @@
 //! one process, so the pointer means in the receiver what it meant in the sender (and is as
 //! valid, or not, as there).
 //!
-//! Functions, full userdata, threads and tables nested deeper than [`MAX_DEPTH`]
-//! are refused with an error that names the argument or result and the path inside it.
+//! Full userdata, coroutines, C functions outside the standard library and tables nested deeper
+//! than [`MAX_DEPTH`] are refused with an error that names the argument or result and the path
+//! inside it (`argument #2 .cb upvalue 'conn'`).
 //!
 //! The decoder is written to never panic and never trust its input (it is fuzzed, see `fuzz/`):
 //! every read is bounds-checked, counts are checked against the bytes left, and table keys that Lua
 //! cannot store (nil, NaN) are refused.
 
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 
 use crate::lua::{State, TBOOLEAN, TLIGHTUSERDATA, TNIL, TNUMBER, TSTRING, TTABLE};
 
@@ -55,9 +72,31 @@ const TAG_TABLE: u8 = 6;
 const TAG_LIGHT: u8 = 7;
 const TAG_TABLE_SHARED: u8 = 8;
 const TAG_REF: u8 = 9;
+const TAG_FUNC: u8 = 10;
+const TAG_FUNC_SHARED: u8 = 11;
+const TAG_ENV: u8 = 12;
+const TAG_UPJOIN: u8 = 13;
+const TAG_CFUNC: u8 = 14;
+
+/// Function flag: an upvalue of this function is joined with another function's in the message
+/// (it is then never a state's cached instance, whose upvalues must stay its own).
+pub const JOINED: u8 = 1;
+/// Function flag: its only upvalue, if any, is `_ENV`: nothing of one call stays in it.
+pub const PURE: u8 = 2;
+
+/// Bit of the value count that says the message holds Lua functions.
+const HAS_FUNCTIONS: u32 = 1 << 31;
+
+/// True if the encoded message `buf` holds Lua functions (its prototypes travel beside it).
+pub fn has_functions(buf: &[u8]) -> bool {
+    buf.get(3).is_some_and(|b| b & 0x80 != 0)
+}
 
 /// Past this many tables in one message the encoder looks them up in a hash map.
 const LINEAR_SEEN: usize = 16;
+
+/// Whether functions have an `_ENV` upvalue (Lua 5.2+).
+const ENV_UPVALUE: bool = cfg!(not(any(feature = "lua51", feature = "luajit")));
 
 /// Which list a value belongs to, for error messages.
 #[derive(Clone, Copy, Debug)]
@@ -66,6 +105,8 @@ pub enum Role<'a> {
     Argument(&'a [u8]),
     /// Result of the child function `function`.
     Result(&'a [u8]),
+    /// The values of `pool:invoke(fn, ...)`: the function called, then its arguments.
+    Callee,
 }
 
 /// Why a value cannot cross, with the path inside the value where the problem sits.
@@ -81,6 +122,30 @@ struct Refusal {
 #[derive(Default)]
 pub struct Encoder {
     seen: Seen,
+    fns: Functions,
+}
+
+/// What the encoder keeps about the functions it met: the prototypes of every message since the
+/// last [`Encoder::take_protos`] (the list the messages' function tags index), and the upvalues of
+/// the message being encoded (identity -> offset of the function and its upvalue number).
+#[derive(Default)]
+struct Functions {
+    protos: Vec<Arc<Proto>>,
+    upvalues: std::collections::HashMap<*mut c_void, (u32, u8), foldhash::fast::RandomState>,
+    /// Whether the message being encoded holds a Lua function.
+    used: bool,
+}
+
+impl Functions {
+    fn index_of(&mut self, p: Arc<Proto>) -> Result<u32, Refused> {
+        // a message holds few distinct prototypes: a scan from the newest is enough
+        if let Some(i) = self.protos.iter().rposition(|q| Arc::ptr_eq(q, &p)) {
+            return Ok(i as u32);
+        }
+        let i = u32::try_from(self.protos.len()).map_err(|_| refuse("too many functions"))?;
+        self.protos.push(p);
+        Ok(i)
+    }
 }
 
 /// The tables of the message being encoded, each with the offset of its tag.
@@ -129,6 +194,7 @@ impl Encoder {
                 list: Vec::with_capacity(depth.min(LINEAR_SEEN)),
                 map: Default::default(),
             },
+            fns: Functions::default(),
         }
     }
 
@@ -146,17 +212,42 @@ impl Encoder {
         let start = out.len();
         out.extend_from_slice(&(count as u32).to_le_bytes());
         self.seen.clear();
+        if !self.fns.upvalues.is_empty() {
+            self.fns.upvalues.clear();
+        }
+        self.fns.used = false;
         let mut w = Writer {
             out,
             start,
             seen: &mut self.seen,
+            fns: &mut self.fns,
         };
         for i in 0..count {
             // a failing table restores the stack itself (see `Writer::table`)
             w.value(st, first + i, 0)
                 .map_err(|r| describe(role, i + 1, *r))?;
         }
+        if self.fns.used {
+            out[start + 3] |= (HAS_FUNCTIONS >> 24) as u8;
+        }
         Ok(())
+    }
+
+    /// The prototypes the messages encoded since the last take refer to (they travel with them).
+    pub fn take_protos(&mut self) -> Vec<Arc<Proto>> {
+        std::mem::take(&mut self.fns.protos)
+    }
+
+    /// Starts the list of prototypes with `protos` (a message encoded earlier that travels with
+    /// the next ones).
+    pub fn seed_protos(&mut self, protos: &[Arc<Proto>]) {
+        self.fns.protos.clear();
+        self.fns.protos.extend_from_slice(protos);
+    }
+
+    /// Forgets the prototypes of messages that will not be sent.
+    pub fn drop_protos(&mut self) {
+        self.fns.protos.clear();
     }
 }
 
@@ -172,11 +263,12 @@ pub fn encode_values(
 }
 
 fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
-    let (what, func) = match role {
-        Role::Argument(f) => (format!("argument #{position} to"), f),
-        Role::Result(f) => (format!("result #{position} of"), f),
+    let what = match role {
+        Role::Argument(f) => format!("argument #{position} to '{}'", String::from_utf8_lossy(f)),
+        Role::Result(f) => format!("result #{position} of '{}'", String::from_utf8_lossy(f)),
+        Role::Callee if position == 1 => "the function to call".to_string(),
+        Role::Callee => format!("argument #{} to the function to call", position - 1),
     };
-    let func = String::from_utf8_lossy(func);
     let at = if r.path.is_empty() {
         String::new()
     } else {
@@ -185,7 +277,7 @@ fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
         format!(" at {}", p.concat())
     };
     crate::Error::Unsupported(format!(
-        "cannot pass {what} '{func}': {}{at} (only nil, boolean, number, string, light userdata such as ngx.null and tables of them nested up to {MAX_DEPTH} levels deep can cross between states)",
+        "cannot pass {what}: {}{at} (only nil, boolean, number, string, light userdata such as ngx.null, Lua functions, standard library C functions and tables of them nested up to {MAX_DEPTH} levels deep can cross between states)",
         r.problem
     ))
 }
@@ -195,6 +287,7 @@ struct Writer<'o> {
     /// Where the message starts in `out` (references count from there).
     start: usize,
     seen: &'o mut Seen,
+    fns: &'o mut Functions,
 }
 
 impl Writer<'_> {
@@ -232,6 +325,7 @@ impl Writer<'_> {
                 self.out.extend_from_slice(s);
             }
             TTABLE => self.table(st, idx, depth)?,
+            crate::lua::TFUNCTION => self.function(st, idx, depth)?,
             TLIGHTUSERDATA => {
                 let b = (st.to_userdata(idx) as usize as u64).to_le_bytes();
                 self.out.extend_from_slice(&[
@@ -255,6 +349,93 @@ impl Writer<'_> {
         r
     }
 
+    /// Writes a reference to the table or function whose tag is at `first`, marking it shared.
+    fn reference(&mut self, first: u32) {
+        self.mark_shared(first);
+        let b = first.to_le_bytes();
+        self.out
+            .extend_from_slice(&[TAG_REF, b[0], b[1], b[2], b[3]]);
+    }
+
+    fn mark_shared(&mut self, first: u32) {
+        let tag = &mut self.out[self.start + first as usize];
+        *tag = match *tag {
+            TAG_TABLE => TAG_TABLE_SHARED,
+            TAG_FUNC => TAG_FUNC_SHARED,
+            t => t,
+        };
+    }
+
+    /// Encodes the function at `idx`: a C function by its standard library name, a Lua function
+    /// as its prototype and upvalues. The stack is left as it was, also on error.
+    fn function(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
+        let idx = st.abs_index(idx);
+        if !st.check_stack(6) {
+            return Err(refuse("a function nested too deeply for the Lua stack"));
+        }
+        if st.is_cfunction(idx) {
+            let name = func::c_function_name(st, idx)
+                .ok_or_else(|| refuse("a C function that is not a standard library function"))?;
+            self.out.push(TAG_CFUNC);
+            self.out.push(name.len() as u8);
+            self.out.extend_from_slice(&name);
+            return Ok(());
+        }
+        if depth >= MAX_DEPTH {
+            return Err(refuse(&format!(
+                "functions and tables nested deeper than {MAX_DEPTH} levels"
+            )));
+        }
+        let offset = u32::try_from(self.out.len() - self.start)
+            .map_err(|_| refuse("a message larger than 4 GiB"))?;
+        if let Some(first) = self.seen.visit(st.to_pointer(idx), offset) {
+            self.reference(first);
+            return Ok(());
+        }
+        let proto = func::proto_of(st, idx).map_err(refuse)?;
+        let index = self.fns.index_of(proto)?.to_le_bytes();
+        self.fns.used = true;
+        let at = self.start + offset as usize;
+        self.out
+            .extend_from_slice(&[TAG_FUNC, index[0], index[1], index[2], index[3], PURE, 0]);
+        let mut n: u8 = 0;
+        while let Some(name) = st.get_upvalue(idx, n as c_int + 1) {
+            n = n
+                .checked_add(1)
+                .ok_or_else(|| refuse("a function with more than 255 upvalues"))?;
+            if ENV_UPVALUE && name == b"_ENV" {
+                st.pop(1);
+                self.out.push(TAG_ENV);
+                continue;
+            }
+            self.out[at + 5] &= !PURE;
+            if func::CAN_JOIN {
+                let id = func::upvalue_id(st, idx, n as c_int);
+                match self.fns.upvalues.entry(id) {
+                    std::collections::hash_map::Entry::Occupied(e) => {
+                        let (other, m) = *e.get();
+                        st.pop(1);
+                        self.mark_shared(other);
+                        self.out[self.start + other as usize + 5] |= JOINED;
+                        self.out[at + 5] |= JOINED;
+                        let b = other.to_le_bytes();
+                        self.out
+                            .extend_from_slice(&[TAG_UPJOIN, b[0], b[1], b[2], b[3], m]);
+                        continue;
+                    }
+                    std::collections::hash_map::Entry::Vacant(e) => {
+                        e.insert((offset, n));
+                    }
+                }
+            }
+            let r = self.value(st, -1, depth + 1);
+            st.pop(1);
+            r.map_err(|e| e.within(format!(" upvalue '{}'", String::from_utf8_lossy(name))))?;
+        }
+        self.out[at + 6] = n;
+        Ok(())
+    }
+
     fn table_contents(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
         if depth >= MAX_DEPTH {
             return Err(refuse(&format!(
@@ -266,10 +447,7 @@ impl Writer<'_> {
         let offset = u32::try_from(self.out.len() - self.start)
             .map_err(|_| refuse("a message larger than 4 GiB"))?;
         if let Some(first) = self.seen.visit(t, offset) {
-            self.out[self.start + first as usize] = TAG_TABLE_SHARED;
-            let b = first.to_le_bytes();
-            self.out
-                .extend_from_slice(&[TAG_REF, b[0], b[1], b[2], b[3]]);
+            self.reference(first);
             return Ok(());
         }
         if !st.check_stack(4) {
@@ -393,14 +571,49 @@ pub trait Sink {
     fn share(&mut self, _n: u32) -> Result<(), Corrupt> {
         Ok(())
     }
-    /// Produces shared table number `n` again (the decoder has checked that it exists).
+    /// Produces shared table (or function) number `n` again (the decoder has checked that it
+    /// exists).
     fn reference(&mut self, _n: u32) -> Result<(), Corrupt>;
+    /// Starts a Lua function of prototype `proto` with `flags` ([`JOINED`], [`PURE`]); its
+    /// upvalues follow.
+    fn begin_function(&mut self, _proto: &Arc<Proto>, _flags: u8) -> Result<(), Corrupt> {
+        Err(NO_FUNCTIONS)
+    }
+    /// Stores the value just produced as upvalue `n` of the function being built.
+    fn set_upvalue(&mut self, _n: u8) -> Result<(), Corrupt> {
+        Err(NO_FUNCTIONS)
+    }
+    /// Upvalue `n` of the function being built is `_ENV`: the receiver's globals.
+    fn env_upvalue(&mut self, _n: u8) -> Result<(), Corrupt> {
+        Err(NO_FUNCTIONS)
+    }
+    /// Upvalue `n` of the function being built is upvalue `m` of shared function `shared`.
+    fn join_upvalue(&mut self, _n: u8, _shared: u32, _m: u8) -> Result<(), Corrupt> {
+        Err(NO_FUNCTIONS)
+    }
+    /// The standard library C function of that name.
+    fn c_function(&mut self, _name: &[u8]) -> Result<(), Corrupt> {
+        Err(NO_FUNCTIONS)
+    }
 }
+
+const NO_FUNCTIONS: Corrupt = Corrupt("a function where none can be");
 
 /// Decodes a whole message into `sink`; returns the number of values.
 pub fn decode_values<S: Sink>(buf: &[u8], sink: &mut S) -> Result<u32, Corrupt> {
+    decode_with(buf, &[], sink)
+}
+
+/// Decodes a whole message whose functions' prototypes are `protos` (what the encoder's
+/// [`Encoder::take_protos`] gave with it); returns the number of values.
+pub fn decode_with<S: Sink>(
+    buf: &[u8],
+    protos: &[Arc<Proto>],
+    sink: &mut S,
+) -> Result<u32, Corrupt> {
     let mut r = Reader::new(buf, 0);
-    let count = r.u32()?;
+    r.protos = protos;
+    let count = r.u32()? & !HAS_FUNCTIONS;
     if count as usize > r.left() {
         return Err(Corrupt("value count larger than the message"));
     }
@@ -466,6 +679,56 @@ fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result
             }
             Ok(())
         }
+        tag @ (TAG_FUNC | TAG_FUNC_SHARED) => {
+            let offset = (r.pos - 1) as u32;
+            if depth >= MAX_DEPTH {
+                return Err(Corrupt("functions nested too deeply"));
+            }
+            let index = r.u32()?;
+            let flags = r.u8()?;
+            let nups = r.u8()?;
+            // the prototype comes from the list beside the message, never from its bytes
+            let proto = r
+                .protos
+                .get(index as usize)
+                .ok_or(Corrupt("a function with no prototype beside the message"))?;
+            if nups as usize > r.left() {
+                return Err(Corrupt("function larger than the message"));
+            }
+            sink.begin_function(proto, flags)?;
+            if tag == TAG_FUNC_SHARED {
+                sink.share(r.shared.len() as u32)?;
+                r.shared.push(offset);
+            }
+            for n in 1..=nups {
+                match r.buf.get(r.pos) {
+                    Some(&TAG_ENV) => {
+                        r.pos += 1;
+                        sink.env_upvalue(n)?;
+                    }
+                    Some(&TAG_UPJOIN) => {
+                        r.pos += 1;
+                        let other = r.u32()?;
+                        let m = r.u8()?;
+                        let shared = r
+                            .shared
+                            .binary_search(&other)
+                            .map_err(|_| Corrupt("upvalue joined to no shared function"))?;
+                        sink.join_upvalue(n, shared as u32, m)?;
+                    }
+                    _ => {
+                        decode_one(r, sink, depth + 1)?;
+                        sink.set_upvalue(n)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        TAG_CFUNC => {
+            let len = r.u8()? as usize;
+            let name = r.bytes(len)?;
+            sink.c_function(name)
+        }
         _ => Err(Corrupt("unknown tag")),
     }
 }
@@ -494,8 +757,10 @@ fn check_key(r: &Reader<'_>) -> Result<(), Corrupt> {
 struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
-    /// Offsets of the shared tables decoded so far, ascending.
+    /// Offsets of the shared tables and functions decoded so far, ascending.
     shared: Vec<u32>,
+    /// The prototypes the message's functions index.
+    protos: &'a [Arc<Proto>],
 }
 
 impl<'a> Reader<'a> {
@@ -504,6 +769,7 @@ impl<'a> Reader<'a> {
             buf,
             pos,
             shared: Vec::new(),
+            protos: &[],
         }
     }
 
@@ -553,20 +819,26 @@ fn light_address(address: u64) -> Result<usize, Corrupt> {
     usize::try_from(address).map_err(|_| Corrupt("light userdata out of range"))
 }
 
-pub struct LuaSink {
+pub struct LuaSink<'c> {
     st: State,
     /// Stack slot just above the values, where the table of shared tables goes (made on the
     /// first one).
     shared_at: c_int,
     has_shared: bool,
+    /// The state's loaded callees, if it keeps them (a child state).
+    cache: Option<&'c mut FnCache>,
+    /// The next function begun is the callee of `pool:invoke(fn, ...)`.
+    callee_next: bool,
 }
 
-impl LuaSink {
-    pub fn new(st: State) -> LuaSink {
+impl<'c> LuaSink<'c> {
+    pub fn new(st: State) -> LuaSink<'c> {
         LuaSink {
             st,
             shared_at: st.top() + 1,
             has_shared: false,
+            cache: None,
+            callee_next: false,
         }
     }
 
@@ -579,7 +851,7 @@ impl LuaSink {
     }
 }
 
-impl Sink for LuaSink {
+impl Sink for LuaSink<'_> {
     fn reserve(&mut self, n: u32) -> Result<(), Corrupt> {
         if self.st.check_stack((n as c_int).saturating_add(2)) {
             Ok(())
@@ -651,14 +923,73 @@ impl Sink for LuaSink {
         self.st.raw_geti(self.shared_at, n as i64 + 1);
         Ok(())
     }
+    /// The callee, and a function with nothing but `_ENV` to set, come from the state's cache
+    /// (loaded once per state); any other function is a new instance, so that upvalues one
+    /// message sets are never those of a function the state kept from an earlier one.
+    fn begin_function(&mut self, proto: &Arc<Proto>, flags: u8) -> Result<(), Corrupt> {
+        if !self.st.check_stack(6) {
+            return Err(Corrupt("Lua stack overflow"));
+        }
+        let callee = std::mem::replace(&mut self.callee_next, false);
+        match &mut self.cache {
+            Some(cache) if flags & JOINED == 0 && (callee || flags & PURE != 0) => {
+                cache.push(self.st, proto)
+            }
+            _ => func::push_fresh(self.st, proto),
+        }
+    }
+    fn set_upvalue(&mut self, n: u8) -> Result<(), Corrupt> {
+        if self.st.set_upvalue(-2, n as c_int) {
+            Ok(())
+        } else {
+            self.st.pop(1);
+            Err(Corrupt("upvalue out of range"))
+        }
+    }
+    fn env_upvalue(&mut self, n: u8) -> Result<(), Corrupt> {
+        self.st.push_globals();
+        self.set_upvalue(n)
+    }
+    fn join_upvalue(&mut self, n: u8, shared: u32, m: u8) -> Result<(), Corrupt> {
+        self.st.raw_geti(self.shared_at, shared as i64 + 1);
+        let joined = func::upvalue_join(self.st, -2, n as c_int, -1, m as c_int);
+        self.st.pop(1);
+        if joined {
+            Ok(())
+        } else {
+            Err(Corrupt("upvalue joined to no such upvalue"))
+        }
+    }
+    fn c_function(&mut self, name: &[u8]) -> Result<(), Corrupt> {
+        if !self.st.check_stack(4) {
+            return Err(Corrupt("Lua stack overflow"));
+        }
+        func::push_c_function(self.st, name)
+    }
 }
 
 /// Decodes a message onto the Lua stack; returns the number of values pushed. On error the stack
 /// is restored.
 pub fn push_values(st: State, buf: &[u8]) -> Result<c_int, Corrupt> {
+    push_message(st, buf, &[], None, false)
+}
+
+/// Decodes a message whose functions' prototypes are `protos` onto the Lua stack; `cache` is the
+/// state's function cache, if it keeps one, and `callee` says the first value is the function to
+/// call (served from that cache). Returns the number of values pushed; on error the stack is
+/// restored.
+pub fn push_message(
+    st: State,
+    buf: &[u8],
+    protos: &[Arc<Proto>],
+    cache: Option<&mut FnCache>,
+    callee: bool,
+) -> Result<c_int, Corrupt> {
     let top = st.top();
     let mut sink = LuaSink::new(st);
-    match decode_values(buf, &mut sink) {
+    sink.cache = cache;
+    sink.callee_next = callee;
+    match decode_with(buf, protos, &mut sink) {
         Ok(n) => {
             sink.finish();
             Ok(n as c_int)
@@ -737,299 +1068,8 @@ impl Sink for ScalarCheck {
     }
 }
 
-/// A Lua value as plain Rust data: what tests, the fuzz target and the benchmarks use to build and
-/// check messages without a Lua state.
-#[derive(Debug, Clone)]
-pub enum Value {
-    Nil,
-    Bool(bool),
-    Int(i64),
-    Float(f64),
-    Str(Vec<u8>),
-    /// A light userdata's address (0 is the NULL of `ngx.null` / `cjson.null`).
-    Light(u64),
-    /// Array part (`1..=n`) and the other key/value pairs.
-    Table(Vec<Value>, Vec<(Value, Value)>),
-    /// A table that [`Value::Ref`]s in the same message name again (encoded as tag 8).
-    Shared(Box<Value>),
-    /// The `n`th shared table of the message (0-based, in message order).
-    Ref(u32),
-}
+mod func;
+mod rust;
 
-impl PartialEq for Value {
-    fn eq(&self, other: &Value) -> bool {
-        use Value::*;
-        match (self, other) {
-            (Nil, Nil) => true,
-            (Bool(a), Bool(b)) => a == b,
-            (Int(a), Int(b)) => a == b,
-            // bit equality: NaN == NaN and -0 != +0, which is what "survives unchanged" means
-            (Float(a), Float(b)) => a.to_bits() == b.to_bits(),
-            (Str(a), Str(b)) => a == b,
-            (Light(a), Light(b)) => a == b,
-            (Shared(a), Shared(b)) => a == b,
-            (Ref(a), Ref(b)) => a == b,
-            (Table(a1, h1), Table(a2, h2)) => {
-                a1 == a2 && h1.len() == h2.len() && h1.iter().all(|p| h2.contains(p))
-            }
-            _ => false,
-        }
-    }
-}
-
-/// Encodes Rust values into a message (the same format the Lua encoder writes).
-pub fn encode_rust(values: &[Value], out: &mut Vec<u8>) {
-    let start = out.len();
-    out.extend_from_slice(&(values.len() as u32).to_le_bytes());
-    let mut shared = Vec::new();
-    for v in values {
-        encode_rust_one(v, out, start, &mut shared);
-    }
-}
-
-/// `shared` collects the offsets of the shared tables written so far, for [`Value::Ref`].
-fn encode_rust_one(v: &Value, out: &mut Vec<u8>, start: usize, shared: &mut Vec<u32>) {
-    match v {
-        Value::Shared(t) => {
-            let at = out.len();
-            shared.push((at - start) as u32);
-            encode_rust_one(t, out, start, shared);
-            out[at] = TAG_TABLE_SHARED;
-        }
-        Value::Ref(n) => {
-            // a dangling reference encodes to an offset no table has (tests of the decoder)
-            let offset = shared.get(*n as usize).copied().unwrap_or(u32::MAX);
-            out.push(TAG_REF);
-            out.extend_from_slice(&offset.to_le_bytes());
-        }
-        Value::Nil => out.push(TAG_NIL),
-        Value::Bool(false) => out.push(TAG_FALSE),
-        Value::Bool(true) => out.push(TAG_TRUE),
-        Value::Int(i) => {
-            out.push(TAG_INT);
-            out.extend_from_slice(&i.to_le_bytes());
-        }
-        Value::Float(f) => {
-            out.push(TAG_FLOAT);
-            out.extend_from_slice(&f.to_bits().to_le_bytes());
-        }
-        Value::Str(s) => {
-            out.push(TAG_STR);
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s);
-        }
-        Value::Light(p) => {
-            out.push(TAG_LIGHT);
-            out.extend_from_slice(&p.to_le_bytes());
-        }
-        Value::Table(arr, hash) => {
-            out.push(TAG_TABLE);
-            out.extend_from_slice(&(arr.len() as u32).to_le_bytes());
-            out.extend_from_slice(&(hash.len() as u32).to_le_bytes());
-            for v in arr {
-                encode_rust_one(v, out, start, shared);
-            }
-            for (k, v) in hash {
-                encode_rust_one(k, out, start, shared);
-                encode_rust_one(v, out, start, shared);
-            }
-        }
-    }
-}
-
-/// A [`Sink`] that builds Rust [`Value`]s.
-#[derive(Default)]
-pub struct RustSink {
-    stack: Vec<Value>,
-    /// Stack positions of the shared tables still being built (wrapped in `Shared` when done).
-    shared_open: Vec<usize>,
-}
-
-impl RustSink {
-    pub fn into_values(mut self) -> Vec<Value> {
-        while let Some(at) = self.shared_open.pop() {
-            let t = std::mem::replace(&mut self.stack[at], Value::Nil);
-            self.stack[at] = Value::Shared(Box::new(t));
-        }
-        self.stack
-    }
-
-    /// Pops the value just produced; a finished shared table comes out as `Value::Shared`.
-    fn pop_value(&mut self) -> Result<Value, Corrupt> {
-        let v = self.stack.pop().ok_or(Corrupt("sink underflow"))?;
-        if self.shared_open.last() == Some(&self.stack.len()) {
-            self.shared_open.pop();
-            return Ok(Value::Shared(Box::new(v)));
-        }
-        Ok(v)
-    }
-}
-
-impl Sink for RustSink {
-    fn nil(&mut self) -> Result<(), Corrupt> {
-        self.stack.push(Value::Nil);
-        Ok(())
-    }
-    fn boolean(&mut self, b: bool) -> Result<(), Corrupt> {
-        self.stack.push(Value::Bool(b));
-        Ok(())
-    }
-    fn integer(&mut self, i: i64) -> Result<(), Corrupt> {
-        self.stack.push(Value::Int(i));
-        Ok(())
-    }
-    fn float(&mut self, f: f64) -> Result<(), Corrupt> {
-        self.stack.push(Value::Float(f));
-        Ok(())
-    }
-    fn string(&mut self, s: &[u8]) -> Result<(), Corrupt> {
-        self.stack.push(Value::Str(s.to_vec()));
-        Ok(())
-    }
-    fn light_userdata(&mut self, address: u64) -> Result<(), Corrupt> {
-        self.stack.push(Value::Light(address));
-        Ok(())
-    }
-    fn begin_table(&mut self, _narr: u32, _nhash: u32) -> Result<(), Corrupt> {
-        self.stack.push(Value::Table(Vec::new(), Vec::new()));
-        Ok(())
-    }
-    fn share(&mut self, _n: u32) -> Result<(), Corrupt> {
-        self.shared_open.push(self.stack.len() - 1);
-        Ok(())
-    }
-    fn reference(&mut self, n: u32) -> Result<(), Corrupt> {
-        self.stack.push(Value::Ref(n));
-        Ok(())
-    }
-    fn set_index(&mut self, _i: u32) -> Result<(), Corrupt> {
-        let v = self.pop_value()?;
-        match self.stack.last_mut() {
-            Some(Value::Table(arr, _)) => {
-                arr.push(v);
-                Ok(())
-            }
-            _ => Err(Corrupt("element outside a table")),
-        }
-    }
-    fn set_pair(&mut self) -> Result<(), Corrupt> {
-        let v = self.pop_value()?;
-        let k = self.pop_value()?;
-        match &k {
-            Value::Nil => return Err(Corrupt("nil or NaN table key")),
-            Value::Float(f) if f.is_nan() => return Err(Corrupt("nil or NaN table key")),
-            _ => {}
-        }
-        match self.stack.last_mut() {
-            Some(Value::Table(_, hash)) => {
-                hash.push((k, v));
-                Ok(())
-            }
-            _ => Err(Corrupt("pair outside a table")),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn roundtrip(values: Vec<Value>) {
-        let mut buf = Vec::new();
-        encode_rust(&values, &mut buf);
-        let mut sink = RustSink::default();
-        let n = decode_values(&buf, &mut sink).expect("decodes");
-        assert_eq!(n as usize, values.len());
-        assert_eq!(sink.into_values(), values);
-    }
-
-    #[test]
-    fn scalars_round_trip_with_their_bits() {
-        roundtrip(vec![
-            Value::Nil,
-            Value::Bool(true),
-            Value::Bool(false),
-            Value::Int(i64::MIN),
-            Value::Int(i64::MAX),
-            Value::Float(f64::NAN),
-            Value::Float(f64::INFINITY),
-            Value::Float(-0.0),
-            Value::Str(b"a\0b".to_vec()),
-            Value::Light(0),
-            Value::Light(0x7fff_1234_5678),
-        ]);
-    }
-
-    #[test]
-    fn nested_tables_round_trip() {
-        let inner = Value::Table(
-            vec![Value::Int(1)],
-            vec![(Value::Str(b"k".to_vec()), Value::Bool(true))],
-        );
-        roundtrip(vec![Value::Table(
-            vec![inner.clone(), Value::Nil],
-            vec![(Value::Int(10), inner)],
-        )]);
-    }
-
-    #[test]
-    fn truncated_messages_are_corrupt_not_panics() {
-        let mut buf = Vec::new();
-        encode_rust(&[Value::Str(b"hello".to_vec()), Value::Int(5)], &mut buf);
-        for cut in 0..buf.len() {
-            assert!(
-                decode_values(&buf[..cut], &mut RustSink::default()).is_err(),
-                "cut at {cut}"
-            );
-        }
-    }
-
-    #[test]
-    fn huge_counts_are_refused_before_allocation() {
-        let mut buf = 1u32.to_le_bytes().to_vec();
-        buf.push(TAG_TABLE);
-        buf.extend_from_slice(&u32::MAX.to_le_bytes());
-        buf.extend_from_slice(&u32::MAX.to_le_bytes());
-        assert_eq!(
-            decode_values(&buf, &mut RustSink::default()),
-            Err(Corrupt("table larger than the message"))
-        );
-    }
-
-    #[test]
-    fn nil_keys_are_refused() {
-        let mut buf = 1u32.to_le_bytes().to_vec();
-        buf.push(TAG_TABLE);
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        buf.extend_from_slice(&1u32.to_le_bytes());
-        buf.push(TAG_NIL);
-        buf.push(TAG_TRUE);
-        assert!(decode_values(&buf, &mut RustSink::default()).is_err());
-    }
-    #[test]
-    fn shared_and_cyclic_tables_round_trip_with_their_references() {
-        use Value::*;
-        // a cycle (shared table 0 refers to itself) and a table shared between two arguments
-        let inner = Shared(Box::new(Table(vec![Int(1)], vec![])));
-        let cyclic = Shared(Box::new(Table(
-            vec![Ref(0), inner],
-            vec![(Str(b"again".to_vec()), Ref(1))],
-        )));
-        roundtrip(vec![cyclic, Ref(1), Ref(0)]);
-    }
-
-    #[test]
-    fn references_to_no_shared_table_are_corrupt() {
-        let mut sink = RustSink::default();
-        let mut buf = Vec::new();
-        // a reference before any shared table, and one to a plain table's offset
-        encode_rust(&[Value::Ref(0)], &mut buf);
-        assert!(decode_values(&buf, &mut sink).is_err());
-        let mut buf = 2u32.to_le_bytes().to_vec();
-        buf.push(TAG_TABLE);
-        buf.extend_from_slice(&[0; 8]);
-        buf.push(TAG_REF);
-        buf.extend_from_slice(&4u32.to_le_bytes());
-        assert!(decode_values(&buf, &mut RustSink::default()).is_err());
-    }
-}
+pub use func::{install, is_refusal, FnCache, Proto, CACHED_FUNCTIONS, HITS, LOADS};
+pub use rust::{encode_rust, RustSink, Value};
