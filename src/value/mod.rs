@@ -270,7 +270,7 @@ fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
     } else {
         let mut p: Vec<String> = r.path;
         p.reverse();
-        format!(" at {}", p.concat())
+        format!(" at {}", p.concat().trim_start())
     };
     crate::Error::Unsupported(format!(
         "cannot pass {what}: {}{at} (only nil, boolean, number, string, light userdata such as ngx.null, Lua functions, standard library C functions and tables of them nested up to {MAX_DEPTH} levels deep can cross between states)",
