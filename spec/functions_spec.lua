@@ -8,6 +8,84 @@ local has_integers = math.type ~= nil
 -- Lua 5.2+ and LuaJIT can join upvalues; Lua 5.1 cannot (closures get an upvalue each)
 local joins = jit ~= nil or _VERSION ~= "Lua 5.1"
 
+-- Park-Miller, exact in doubles on every runtime (as in values_spec.lua)
+local function rng(seed)
+  local state = seed
+  return function(n)
+    state = state * 16807 % 2147483647
+    return state % n
+  end
+end
+
+-- A random value graph: tables and closures (over one or two values each), scalars, a standard
+-- library C function and cjson.null, with tables and functions reached again (shared) and from
+-- below (cycles, also through a closure's upvalue).
+local function random_graph(r)
+  local nodes = {}
+  local function scalar()
+    local k = r(6)
+    if k == 0 then return r(1000)
+    elseif k == 1 then return r(1000) + 0.5
+    elseif k == 2 then return "s" .. r(100)
+    elseif k == 3 then return r(2) == 0
+    elseif k == 4 then return string.format
+    end
+    return cjson.null
+  end
+  local function value(depth)
+    local k = r(10)
+    if k < 3 then return nodes[r(#nodes) + 1] end
+    if depth > 4 or k < 5 then return scalar() end
+    if k < 8 then
+      local t = {}
+      nodes[#nodes + 1] = t
+      for i = 1, r(4) do t[i] = value(depth + 1) end
+      for i = 1, r(3) do t["k" .. i] = value(depth + 1) end
+      return t
+    end
+    local a, b = value(depth + 1), value(depth + 1)
+    local f
+    if r(2) == 0 then f = function() return a end else f = function() return a, b end end
+    nodes[#nodes + 1] = f
+    return f
+  end
+  local root = {}
+  nodes[1] = root
+  for i = 1, 3 + r(5) do root[i] = value(1) end
+  return root
+end
+
+-- Whether b is a copy of a with the same shape: a one-to-one map between their tables and Lua
+-- functions, equal scalars (integer and float kept apart), equal upvalues (but _ENV).
+local function same_shape(a, b, map, back)
+  if type(a) ~= type(b) then return false end
+  if type(a) == "number" then
+    return a == b and (not has_integers or math.type(a) == math.type(b))
+  end
+  if type(a) == "function" and debug.getinfo(a, "S").what == "C" then return a == b end
+  if type(a) ~= "table" and type(a) ~= "function" then return a == b end
+  if map[a] ~= nil or back[b] ~= nil then return map[a] == b and back[b] == a end
+  map[a], back[b] = b, a
+  if type(a) == "function" then
+    local i = 1
+    while true do
+      local na, va = debug.getupvalue(a, i)
+      local nb, vb = debug.getupvalue(b, i)
+      if na ~= nb then return false end
+      if na == nil then return true end
+      if na ~= "_ENV" and not same_shape(va, vb, map, back) then return false end
+      i = i + 1
+    end
+  end
+  for k, v in pairs(a) do
+    if not same_shape(v, b[k], map, back) then return false end
+  end
+  for k in pairs(b) do
+    if a[k] == nil then return false end
+  end
+  return true
+end
+
 local function loads_and_hits()
   local loads, hits = vmpool._function_cache()
   return loads, hits
@@ -220,6 +298,17 @@ describe("functions crossing between states", function()
       assert.are.equal(2, p:invoke(function() return 2 end)) -- the state goes on
       p:close()
     end)
+  end)
+
+  it("returns random value graphs with sharing, cycles and functions in the same shape", function()
+    for seed = 1, 40 do
+      local g = random_graph(rng(seed))
+      local echoed = pool:invoke("c", "echo", g)
+      assert.is_true(same_shape(g, echoed, {}, {}), "seed " .. seed .. " through a named function")
+      local through = pool:invoke(function(x) return x end, g)
+      assert.is_true(same_shape(g, through, {}, {}), "seed " .. seed .. " through a sent function")
+      assert.is_false(same_shape(g, random_graph(rng(seed + 1000)), {}, {}), "seed " .. seed .. ": a different graph")
+    end
   end)
 
   it("loads a function once per state: calling it again is a cache hit", function()
