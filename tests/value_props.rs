@@ -396,3 +396,51 @@ fn mutated_messages_never_crash_the_decoder() {
         "the mutations should break most messages ({refused})"
     );
 }
+
+#[test]
+fn functions_load_only_from_the_prototypes_beside_their_message() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use vmpool::testing::value::{has_functions, install, push_message, Encoder, LOADS};
+    let h = host();
+    let st = h.st;
+    install(st);
+    let src = b"local k = 41 return function() return k + 1 end";
+    assert_eq!(st.load_text(src, "t"), 0);
+    assert_eq!(st.pcall(0, 1, 0), 0);
+    let mut enc = Encoder::default();
+    let mut buf = Vec::new();
+    enc.encode(st, st.top(), 1, &mut buf, Role::Argument(b"f"))
+        .expect("a Lua function encodes");
+    let protos = enc.take_protos();
+    assert_eq!(protos.len(), 1);
+    assert!(has_functions(&buf));
+    st.pop(1);
+    let top = st.top();
+
+    // without the prototypes beside it, the message is refused and nothing is loaded
+    let loads = LOADS.load(Relaxed);
+    assert!(push_message(st, &buf, &[], None, false).is_err());
+    assert_eq!(st.top(), top);
+    assert_eq!(LOADS.load(Relaxed), loads);
+
+    // with them, it is the function, its upvalue copied
+    assert_eq!(push_message(st, &buf, &protos, None, false), Ok(1));
+    assert_eq!(st.pcall(0, 1, 0), 0);
+    assert_eq!(st.to_integer_exact(-1), Some(42));
+    st.set_top(top);
+
+    // no mutation of the bytes loads anything but that prototype, or crashes
+    let mut r = Rng(0x5EED_0005);
+    for i in 0..buf.len() {
+        for _ in 0..8 {
+            let mut m = buf.clone();
+            m[i] ^= 1 << r.below(8);
+            let before = LOADS.load(Relaxed);
+            if let Ok(n) = push_message(st, &m, &protos, None, false) {
+                assert_eq!(st.top(), top + n);
+            }
+            assert!(LOADS.load(Relaxed) - before <= 1);
+            st.set_top(top);
+        }
+    }
+}

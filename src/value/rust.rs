@@ -2,8 +2,8 @@
 //! messages and reading them back without a Lua state.
 
 use super::{
-    Corrupt, Sink, TAG_FALSE, TAG_FLOAT, TAG_INT, TAG_LIGHT, TAG_NIL, TAG_REF, TAG_STR, TAG_TABLE,
-    TAG_TABLE_SHARED, TAG_TRUE,
+    Corrupt, Sink, TAG_CFUNC, TAG_FALSE, TAG_FLOAT, TAG_INT, TAG_LIGHT, TAG_NIL, TAG_REF, TAG_STR,
+    TAG_TABLE, TAG_TABLE_SHARED, TAG_TRUE,
 };
 
 /// A Lua value as plain Rust data: what tests, the fuzz target and the benchmarks use to build and
@@ -23,6 +23,9 @@ pub enum Value {
     Shared(Box<Value>),
     /// The `n`th shared table of the message (0-based, in message order).
     Ref(u32),
+    /// A standard library C function, by name (a Lua function has no Rust form: its prototype
+    /// only exists in a Lua state, see `func.rs`).
+    CFunction(Vec<u8>),
 }
 
 impl PartialEq for Value {
@@ -38,6 +41,7 @@ impl PartialEq for Value {
             (Light(a), Light(b)) => a == b,
             (Shared(a), Shared(b)) => a == b,
             (Ref(a), Ref(b)) => a == b,
+            (CFunction(a), CFunction(b)) => a == b,
             (Table(a1, h1), Table(a2, h2)) => {
                 a1 == a2 && h1.len() == h2.len() && h1.iter().all(|p| h2.contains(p))
             }
@@ -70,6 +74,11 @@ fn encode_rust_one(v: &Value, out: &mut Vec<u8>, start: usize, shared: &mut Vec<
             let offset = shared.get(*n as usize).copied().unwrap_or(u32::MAX);
             out.push(TAG_REF);
             out.extend_from_slice(&offset.to_le_bytes());
+        }
+        Value::CFunction(name) => {
+            out.push(TAG_CFUNC);
+            out.push(name.len() as u8);
+            out.extend_from_slice(name);
         }
         Value::Nil => out.push(TAG_NIL),
         Value::Bool(false) => out.push(TAG_FALSE),
@@ -169,6 +178,10 @@ impl Sink for RustSink {
     }
     fn reference(&mut self, n: u32) -> Result<(), Corrupt> {
         self.stack.push(Value::Ref(n));
+        Ok(())
+    }
+    fn c_function(&mut self, name: &[u8]) -> Result<(), Corrupt> {
+        self.stack.push(Value::CFunction(name.to_vec()));
         Ok(())
     }
     fn set_index(&mut self, _i: u32) -> Result<(), Corrupt> {
@@ -286,6 +299,30 @@ mod tests {
             vec![(Str(b"again".to_vec()), Ref(1))],
         )));
         roundtrip(vec![cyclic, Ref(1), Ref(0)]);
+    }
+
+    #[test]
+    fn functions_without_their_prototype_beside_the_message_are_corrupt() {
+        // a Lua function's tag, prototype index 0, no upvalues: with no prototypes beside the
+        // message (all the fuzzer and a corrupt buffer can give), it never decodes
+        for index in [0u32, 1, u32::MAX] {
+            let mut buf = (1u32 | 1 << 31).to_le_bytes().to_vec();
+            buf.push(super::super::TAG_FUNC);
+            buf.extend_from_slice(&index.to_le_bytes());
+            buf.extend_from_slice(&[0, 0]);
+            assert_eq!(
+                decode_values(&buf, &mut RustSink::default()),
+                Err(Corrupt("a function with no prototype beside the message"))
+            );
+        }
+    }
+
+    #[test]
+    fn c_functions_round_trip_by_name() {
+        roundtrip(vec![
+            Value::CFunction(b"string.format".to_vec()),
+            Value::Table(vec![Value::CFunction(b"print".to_vec())], vec![]),
+        ]);
     }
 
     #[test]
