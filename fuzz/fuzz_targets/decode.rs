@@ -7,8 +7,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vmpool::testing::lua::State;
 use std::sync::atomic::Ordering::Relaxed;
+use vmpool::testing::lua::State;
 use vmpool::testing::value::{
     decode_values, encode_values, install, is_refusal, push_values, Role, RustSink, LOADS,
 };
