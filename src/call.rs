@@ -117,6 +117,12 @@ impl Default for Call {
     }
 }
 
+/// Drops a recycled call's prototypes (rare: only calls that sent functions have any).
+#[cold]
+fn drop_protos(protos: &mut Vec<Arc<crate::value::Proto>>) {
+    protos.clear();
+}
+
 impl Call {
     /// A garbage collection for one state, reserved to it (ASSIGNED).
     pub fn collect() -> Call {
@@ -139,7 +145,9 @@ impl Call {
         d.chunk = None;
         d.func.clear();
         d.buf.clear();
-        d.protos.clear();
+        if !d.protos.is_empty() {
+            drop_protos(&mut d.protos);
+        }
         d.acquire_deadline = None;
         d.subscribers = Subscribers::None;
         d.items_done = 0;

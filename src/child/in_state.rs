@@ -157,6 +157,7 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
 }
 
 /// `pool:invoke(fn, ...)`: the message holds the function, then its arguments.
+#[inline(never)]
 fn call_sent_function(st: State, ctx: &mut RunCtx, args: &[u8]) -> isize {
     // SAFETY: `Child::run_function` set both from the child's own fields, which outlive this
     // protected call and are not touched by anything else during it.

@@ -362,7 +362,9 @@ end
         let (job, chunk, mut buf) = {
             let mut data = call.data.lock();
             std::mem::swap(&mut self.func, &mut data.func);
-            std::mem::swap(&mut self.protos, &mut data.protos);
+            if !data.protos.is_empty() {
+                take_protos(&mut self.protos, &mut data.protos);
+            }
             (data.job, data.chunk.take(), std::mem::take(&mut data.buf))
         };
         if job == Job::Collect {
@@ -428,15 +430,15 @@ end
             self.batch_out = out;
         }
         // the arguments' prototypes are dropped here, the results' go back with them
-        self.protos.clear();
+        if !self.protos.is_empty() {
+            drop_protos(&mut self.protos);
+        }
         let mut data = call.data.lock();
         data.buf = buf;
         data.chunk = chunk;
         data.items_done = items_done;
         std::mem::swap(&mut self.func, &mut data.func);
-        std::mem::swap(&mut self.protos, &mut data.protos);
-        data.protos.clear();
-        data.protos.append(&mut self.encoder.take_protos());
+        self.encoder.move_protos(&mut data.protos);
         (outcome, replace)
     }
 
@@ -701,6 +703,17 @@ end
         };
         (Outcome::Err(runtime(message)), false)
     }
+}
+
+/// Takes a call's prototypes for the state (rare: only calls that send functions have any).
+#[cold]
+fn take_protos(mine: &mut Vec<Arc<value::Proto>>, call: &mut Vec<Arc<value::Proto>>) {
+    std::mem::swap(mine, call);
+}
+
+#[cold]
+fn drop_protos(protos: &mut Vec<Arc<value::Proto>>) {
+    protos.clear();
 }
 
 impl RunCtx {

@@ -139,10 +139,9 @@ impl PoolHandle {
         self.prepare_with(st, 2, method, None)
     }
 
-    /// Builds a call from arguments `chunk, fn, ...` starting at stack slot `base`, in a call
-    /// record taken from `cache` (this pool's own if `None`; given back to it on error). For
-    /// `fn, ...` with a Lua function, the function travels first in the message, its prototype
-    /// beside it (see `value/func.rs`), and the anonymous chunk stands for the chunk.
+    /// Builds a call from arguments `chunk, fn, ...` (or `fn, ...` with a function) starting at
+    /// stack slot `base`, in a call record taken from `cache` (this pool's own if `None`; given
+    /// back to it on error).
     pub fn prepare_with(
         &mut self,
         st: State,
@@ -151,24 +150,21 @@ impl PoolHandle {
         cache: Option<&mut CallCache>,
     ) -> Result<Arc<Call>, Error> {
         self.check()?;
-        let callee = st.type_of(base) == crate::lua::TFUNCTION;
-        let (chunk, func, first) = if callee {
-            (Chunk::anonymous(), &b"the function called"[..], base)
-        } else {
-            let name = st
-                .to_bytes(base)
-                .ok_or_else(|| bad_arg(st, base, 1, method, "a chunk name (string)"))?;
-            let func = st
-                .to_bytes(base + 1)
-                .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
-            (self.chunk(name)?, func, base + 2)
+        let Some(name) = st.to_bytes(base) else {
+            if st.type_of(base) == crate::lua::TFUNCTION {
+                return self.prepare_function(st, base, cache);
+            }
+            return Err(bad_arg(st, base, 1, method, "a chunk name (string)"));
         };
-        let count = st.top() - first + 1;
-        let nargs = count - c_int::from(callee);
+        let func = st
+            .to_bytes(base + 1)
+            .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
+        let chunk = self.chunk(name)?;
+        let nargs = st.top() - (base + 2) + 1;
         if nargs > MAX_ARGS {
             return Err(too_many_args(func, nargs.into()));
         }
-        reserve_encoding_stack(st, first)?;
+        reserve_encoding_stack(st, base + 2)?;
         let cache = match cache {
             Some(c) => c,
             None => &mut self.cache,
@@ -177,23 +173,64 @@ impl PoolHandle {
         let encoded = match Arc::get_mut(&mut call) {
             Some(c) => {
                 let d = c.data.get_mut();
-                let role = if callee {
-                    Role::Callee
-                } else {
-                    Role::Argument(func)
-                };
-                let r = self.encoder.encode(st, first, count, &mut d.buf, role);
-                d.protos = self.encoder.take_protos();
-                d.func.extend_from_slice(match d.protos.first() {
-                    Some(p) if callee => p.label().as_bytes(),
-                    _ if callee => b"C function",
-                    _ => func,
-                });
+                d.func.extend_from_slice(func);
                 d.chunk = Some(chunk);
+                let first = base + 2;
+                let r = self.encoder.encode(
+                    st,
+                    first,
+                    st.top() - first + 1,
+                    &mut d.buf,
+                    Role::Argument(func),
+                );
+                self.encoder.move_protos(&mut d.protos);
                 r
             }
             None => Err(Error::Internal("a spare call was shared".into())),
         };
+        match encoded {
+            Ok(()) => Ok(call),
+            Err(e) => {
+                cache.put(call);
+                Err(e)
+            }
+        }
+    }
+
+    /// Builds a call from `fn, ...` at stack slots `base..`, `fn` a function: the function
+    /// travels first in the message, its prototype beside it (see `value/func.rs`), and the
+    /// anonymous chunk stands for the chunk.
+    #[cold]
+    #[inline(never)]
+    fn prepare_function(
+        &mut self,
+        st: State,
+        base: c_int,
+        cache: Option<&mut CallCache>,
+    ) -> Result<Arc<Call>, Error> {
+        let count = st.top() - base + 1;
+        if count - 1 > MAX_ARGS {
+            return Err(too_many_args(b"the function called", (count - 1).into()));
+        }
+        reserve_encoding_stack(st, base)?;
+        let cache = match cache {
+            Some(c) => c,
+            None => &mut self.cache,
+        };
+        let mut call = cache.take(Some(&self.pool));
+        let Some(c) = Arc::get_mut(&mut call) else {
+            return Err(Error::Internal("a spare function call was shared".into()));
+        };
+        let d = c.data.get_mut();
+        let encoded = self
+            .encoder
+            .encode(st, base, count, &mut d.buf, Role::Callee);
+        self.encoder.move_protos(&mut d.protos);
+        d.func.extend_from_slice(match d.protos.first() {
+            Some(p) => p.label().as_bytes(),
+            None => b"C function",
+        });
+        d.chunk = Some(Chunk::anonymous());
         match encoded {
             Ok(()) => Ok(call),
             Err(e) => {

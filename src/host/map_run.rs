@@ -381,7 +381,7 @@ impl MapRun {
             }
             encoded += 1;
         }
-        d.protos = self.encoder.take_protos();
+        self.encoder.move_protos(&mut d.protos);
         if encoded == 0 {
             self.cache.put(call);
             return (None, bad);

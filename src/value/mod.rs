@@ -127,12 +127,57 @@ pub struct Encoder {
 #[derive(Default)]
 struct Functions {
     protos: Vec<Arc<Proto>>,
-    upvalues: std::collections::HashMap<*mut c_void, (u32, u8), foldhash::fast::RandomState>,
+    upvalues: Upvalues,
     /// Whether the message being encoded holds a Lua function.
     used: bool,
 }
 
+/// The upvalues of the message's functions by identity, each with the offset of the first
+/// function that has it and its number there: a short list, a hash map past [`LINEAR_SEEN`] (as
+/// [`Seen`]).
+#[derive(Default)]
+struct Upvalues {
+    list: Vec<(*mut c_void, (u32, u8))>,
+    map: std::collections::HashMap<*mut c_void, (u32, u8), foldhash::fast::RandomState>,
+}
+
+impl Upvalues {
+    fn clear(&mut self) {
+        self.list.clear();
+        if !self.map.is_empty() {
+            self.map.clear();
+        }
+    }
+
+    /// Where upvalue `id` was seen first; else records it as `at`.
+    fn visit(&mut self, id: *mut c_void, at: (u32, u8)) -> Option<(u32, u8)> {
+        if self.list.len() < LINEAR_SEEN {
+            if let Some(&(_, first)) = self.list.iter().find(|(p, _)| *p == id) {
+                return Some(first);
+            }
+            self.list.push((id, at));
+            return None;
+        }
+        if self.map.is_empty() {
+            self.map.extend(self.list.iter().copied());
+        }
+        match self.map.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => Some(*e.get()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(at);
+                None
+            }
+        }
+    }
+}
+
 impl Functions {
+    #[cold]
+    fn forget_message(&mut self) {
+        self.upvalues.clear();
+        self.used = false;
+    }
+
     fn index_of(&mut self, p: Arc<Proto>) -> Result<u32, Refused> {
         // a message holds few distinct prototypes: a scan from the newest is enough
         if let Some(i) = self.protos.iter().rposition(|q| Arc::ptr_eq(q, &p)) {
@@ -208,10 +253,10 @@ impl Encoder {
         let start = out.len();
         out.extend_from_slice(&(count as u32).to_le_bytes());
         self.seen.clear();
-        if !self.fns.upvalues.is_empty() {
-            self.fns.upvalues.clear();
+        // only a message that held a function left upvalues behind
+        if self.fns.used {
+            self.fns.forget_message();
         }
-        self.fns.used = false;
         let mut w = Writer {
             out,
             start,
@@ -232,6 +277,22 @@ impl Encoder {
     /// The prototypes the messages encoded since the last take refer to (they travel with them).
     pub fn take_protos(&mut self) -> Vec<Arc<Proto>> {
         std::mem::take(&mut self.fns.protos)
+    }
+
+    /// Moves those prototypes into `into` (emptied first), keeping both lists' capacity: the
+    /// encoder's list for the next message, `into`'s for the next time.
+    #[inline(always)]
+    pub fn move_protos(&mut self, into: &mut Vec<Arc<Proto>>) {
+        // most messages hold no function: nothing to drop or swap
+        if !self.fns.protos.is_empty() || !into.is_empty() {
+            self.swap_protos(into);
+        }
+    }
+
+    #[cold]
+    fn swap_protos(&mut self, into: &mut Vec<Arc<Proto>>) {
+        into.clear();
+        std::mem::swap(into, &mut self.fns.protos);
     }
 
     /// Starts the list of prototypes with `protos` (a message encoded earlier that travels with
@@ -364,6 +425,7 @@ impl Writer<'_> {
 
     /// Encodes the function at `idx`: a C function by its standard library name, a Lua function
     /// as its prototype and upvalues. The stack is left as it was, also on error.
+    #[inline(never)]
     fn function(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
         let idx = st.abs_index(idx);
         if !st.check_stack(6) {
@@ -407,21 +469,15 @@ impl Writer<'_> {
             self.out[at + 5] &= !PURE;
             if func::CAN_JOIN {
                 let id = func::upvalue_id(st, idx, n as c_int);
-                match self.fns.upvalues.entry(id) {
-                    std::collections::hash_map::Entry::Occupied(e) => {
-                        let (other, m) = *e.get();
-                        st.pop(1);
-                        self.mark_shared(other);
-                        self.out[self.start + other as usize + 5] |= JOINED;
-                        self.out[at + 5] |= JOINED;
-                        let b = other.to_le_bytes();
-                        self.out
-                            .extend_from_slice(&[TAG_UPJOIN, b[0], b[1], b[2], b[3], m]);
-                        continue;
-                    }
-                    std::collections::hash_map::Entry::Vacant(e) => {
-                        e.insert((offset, n));
-                    }
+                if let Some((other, m)) = self.fns.upvalues.visit(id, (offset, n)) {
+                    st.pop(1);
+                    self.mark_shared(other);
+                    self.out[self.start + other as usize + 5] |= JOINED;
+                    self.out[at + 5] |= JOINED;
+                    let b = other.to_le_bytes();
+                    self.out
+                        .extend_from_slice(&[TAG_UPJOIN, b[0], b[1], b[2], b[3], m]);
+                    continue;
                 }
             }
             let r = self.value(st, -1, depth + 1);
