@@ -127,6 +127,29 @@ describe("functions crossing between states", function()
     assert.are.same({ -1, -2 }, got.map)
   end)
 
+  it("runs a function passed as the callee under vmpool.luv and vmpool.cqueues", function()
+    local has_luv, uv = pcall(require, "luv")
+    if has_luv then
+      local vluv = require "vmpool.luv"
+      local got
+      vluv.spawn(function()
+        got = { pool:co_invoke(function(x) return x + 1 end, 1), pool:co_map(function(x) return x * 3 end, { 2 })[1] }
+      end)
+      uv.run()
+      assert.are.same({ 2, 6 }, got)
+    end
+    local has_cq, cqueues = pcall(require, "cqueues")
+    if has_cq then
+      require "vmpool.cqueues"
+      local cq, got = cqueues.new(), nil
+      cq:wrap(function()
+        got = { pool:co_invoke(function(x) return x + 1 end, 1), pool:co_map(function(x) return x * 3 end, { 2 })[1] }
+      end)
+      assert(cq:loop())
+      assert.are.same({ 2, 6 }, got)
+    end
+  end)
+
   it("runs a standard library C function as the callee", function()
     assert.are.equal("7-x", pool:invoke(string.format, "%d-%s", 7, "x"))
     assert.are.equal(2, pool:invoke(math.floor, 2.5))
