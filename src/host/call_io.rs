@@ -249,12 +249,18 @@ impl PoolHandle {
 /// Stack slots that encoding nested tables needs: two per level and the encoder's margin.
 const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 
-/// Encoding table arguments grows the stack, which raises "not enough memory" on Lua 5.1 and
-/// LuaJIT when it cannot: make that room first, protected, if any argument from `first` on is a
-/// table (the encoder's own checks then find it there).
+/// Encoding table and function arguments grows the stack, which raises "not enough memory" on
+/// Lua 5.1 and LuaJIT when it cannot: make that room first, protected, if any argument from
+/// `first` on is a table or a function (the encoder's own checks then find it there). Lua 5.2 to
+/// 5.4 grow the stack inside `lua_checkstack`'s own protected call and answer false instead of
+/// raising, so there the room is asked for directly.
 fn reserve_encoding_stack(st: State, first: c_int) -> Result<(), Error> {
     let nests = |t| t == crate::lua::TTABLE || t == crate::lua::TFUNCTION;
     if !(first..=st.top()).any(|i| nests(st.type_of(i))) {
+        return Ok(());
+    }
+    if cfg!(not(any(feature = "lua51", feature = "luajit"))) {
+        st.check_stack(ENCODE_STACK);
         return Ok(());
     }
     protected(
