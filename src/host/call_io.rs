@@ -176,15 +176,22 @@ impl PoolHandle {
                 d.func.extend_from_slice(func);
                 d.chunk = Some(chunk);
                 let first = base + 2;
-                let r = self.encoder.encode(
+                match self.encoder.encode(
                     st,
                     first,
                     st.top() - first + 1,
                     &mut d.buf,
                     Role::Argument(func),
-                );
-                self.encoder.move_protos(&mut d.protos);
-                r
+                ) {
+                    Ok(()) => {
+                        self.encoder.move_protos(&mut d.protos);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.encoder.drop_protos();
+                        Err(e)
+                    }
+                }
             }
             None => Err(Error::Internal("a spare call was shared".into())),
         };
@@ -212,7 +219,9 @@ impl PoolHandle {
         if count - 1 > MAX_ARGS {
             return Err(too_many_args(b"the function called", (count - 1).into()));
         }
-        reserve_encoding_stack(st, base)?;
+        // the arguments' room; the function's own upvalues get it from the encoder if one of
+        // them nests (`value::func::reserve_stack`), so a closure over scalars pays nothing
+        reserve_encoding_stack(st, base + 1)?;
         let cache = match cache {
             Some(c) => c,
             None => &mut self.cache,

@@ -58,6 +58,7 @@ const T_NAMES: i64 = 3; // C function <-> standard library name, built on first 
 const T_LOADED: i64 = 4; // this state's cached callees, by `FnCache` slot
 const T_META: i64 = 5; // metatable of the `Proto` userdata (its __gc drops the Arc)
 const T_BUILD_NAMES: i64 = 6; // the C function that builds T_NAMES
+const T_GROW: i64 = 7; // the C function that makes stack room for encoding, protected
 
 /// Sets up a state to send and receive functions. Allocates: call it protected (the host's
 /// `luaopen_vmpool`, a child's creation).
@@ -67,7 +68,7 @@ pub fn install(st: State) {
         return;
     }
     st.pop(1);
-    st.create_table(6, 0);
+    st.create_table(7, 0);
     st.push_cclosure(crate::lua::c_function(dump_fn), 0);
     st.raw_seti(-2, T_DUMP);
     st.create_table(0, 0);
@@ -86,9 +87,40 @@ pub fn install(st: State) {
     st.raw_seti(-2, T_META);
     st.push_cclosure(crate::lua::c_function(build_names), 0);
     st.raw_seti(-2, T_BUILD_NAMES);
+    st.push_cclosure(crate::lua::c_function(grow_stack), 0);
+    st.raw_seti(-2, T_GROW);
     st.push_light_userdata(anchor() as *mut c_void);
     st.insert(-2);
     st.raw_set(ffi::LUA_REGISTRYINDEX);
+}
+
+/// Makes room on the stack for encoding `n` more nested values. Lua 5.1 and LuaJIT raise "not
+/// enough memory" when they cannot grow the stack, so there the room is made inside a protected
+/// call (the stack keeps its size after it returns); Lua 5.2 to 5.4 answer false instead of
+/// raising. Needs 3 free stack slots; false if there is no room.
+pub fn reserve_stack(st: State, n: c_int) -> bool {
+    if cfg!(not(any(feature = "lua51", feature = "luajit"))) {
+        return st.check_stack(n);
+    }
+    if !push_anchor(st) {
+        return false;
+    }
+    st.raw_geti(-1, T_GROW);
+    st.push_integer(n.into());
+    let ok = st.pcall(1, 1, 0) == 0 && st.to_boolean(-1);
+    st.pop(2);
+    ok
+}
+
+/// `grow(n)` -> whether the stack has room for `n` more values (under `lua_pcall`).
+unsafe extern "C-unwind" fn grow_stack(l: *mut ffi::lua_State) -> isize {
+    // SAFETY: Lua calls this with its own live state on this thread; nothing here has a
+    // destructor.
+    let st = unsafe { State::from_raw(l) };
+    let n = st.to_integer_exact(1).unwrap_or(0) as c_int;
+    let ok = st.check_stack(n);
+    st.push_bool(ok);
+    1
 }
 
 /// Pushes this module's table; false (nothing pushed) if [`install`] never ran in this state.

@@ -91,6 +91,9 @@ pub fn has_functions(buf: &[u8]) -> bool {
 /// Past this many tables in one message the encoder looks them up in a hash map.
 const LINEAR_SEEN: usize = 16;
 
+/// Stack slots that encoding nested values may need: two per level and the encoder's margin.
+const ENCODE_STACK: c_int = 2 * MAX_DEPTH as c_int + 16;
+
 /// Whether functions have an `_ENV` upvalue (Lua 5.2+).
 const ENV_UPVALUE: bool = cfg!(not(any(feature = "lua51", feature = "luajit")));
 
@@ -258,6 +261,7 @@ impl Encoder {
             self.fns.forget_message();
         }
         let mut w = Writer {
+            reserved: false,
             out,
             start,
             seen: &mut self.seen,
@@ -303,6 +307,7 @@ impl Encoder {
     }
 
     /// Forgets the prototypes of messages that will not be sent.
+    #[cold]
     pub fn drop_protos(&mut self) {
         self.fns.protos.clear();
     }
@@ -340,6 +345,8 @@ fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
 }
 
 struct Writer<'o> {
+    /// Whether this message made room on the stack for nested upvalues (see `function`).
+    reserved: bool,
     out: &'o mut Vec<u8>,
     /// Where the message starts in `out` (references count from there).
     start: usize,
@@ -467,6 +474,14 @@ impl Writer<'_> {
                 continue;
             }
             self.out[at + 5] &= !PURE;
+            if !self.reserved && matches!(st.type_of(-1), TTABLE | crate::lua::TFUNCTION) {
+                // an upvalue that nests: the room the caller made covers only the arguments
+                if !func::reserve_stack(st, ENCODE_STACK) {
+                    st.pop(1);
+                    return Err(refuse("a function nested too deeply for the Lua stack"));
+                }
+                self.reserved = true;
+            }
             if func::CAN_JOIN {
                 let id = func::upvalue_id(st, idx, n as c_int);
                 if let Some((other, m)) = self.fns.upvalues.visit(id, (offset, n)) {
