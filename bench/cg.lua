@@ -4,6 +4,7 @@
 --
 --   direct     helloLua(i) in the host
 --   invoke     pool:invoke(chunk, "helloLua", i) (core = 1)
+--   closure    pool:invoke(f, i), f a closure with helloLua's body over an upvalue (core = 1)
 --   echo10     pool:invoke(chunk, "echo", t) with a 10-field table (core = 1)
 --   co_invoke  pool:co_invoke from 100 coroutines under vmpool.run (core = 1)
 --   ring       futures: 1,000 in flight (default pool), wait for the oldest, submit a new one
@@ -42,6 +43,18 @@ elseif kind == "invoke" then
   run = function(count)
     for i = 1, count do
       local a, b = pool:invoke(CHUNK, "helloLua", i)
+      if a ~= i or b ~= 100000 then error("wrong result") end
+    end
+  end
+elseif kind == "closure" then
+  local big = 100000
+  local f = function(i)
+    goSayHello("hello", "my name is lua") -- luacheck: ignore 113 (the state's global)
+    return i, big
+  end
+  run = function(count)
+    for i = 1, count do
+      local a, b = pool:invoke(f, i)
       if a ~= i or b ~= 100000 then error("wrong result") end
     end
   end

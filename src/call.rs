@@ -70,6 +70,9 @@ pub struct CallData {
     /// Encoded arguments going in, encoded results coming back (until `finish` moves them into
     /// the call's result).
     pub buf: Vec<u8>,
+    /// The prototypes of the functions in `buf` (see `value/func.rs`): the host's going in, the
+    /// state's coming back.
+    pub protos: Vec<Arc<crate::value::Proto>>,
     /// When a queued call stops waiting for a state.
     pub acquire_deadline: Option<Instant>,
     /// Who to tell when the call finishes.
@@ -107,6 +110,7 @@ impl Default for Call {
                 chunk: None,
                 func: Vec::new(),
                 buf: Vec::new(),
+                protos: Vec::new(),
                 acquire_deadline: None,
                 subscribers: Subscribers::None,
                 items_done: 0,
@@ -115,6 +119,12 @@ impl Default for Call {
             submitted: AtomicU64::new(0),
         }
     }
+}
+
+/// Drops a recycled call's prototypes (rare: only calls that sent functions have any).
+#[cold]
+fn drop_protos(protos: &mut Vec<Arc<crate::value::Proto>>) {
+    protos.clear();
 }
 
 impl Call {
@@ -140,6 +150,9 @@ impl Call {
         d.chunk = None;
         d.func.clear();
         d.buf.clear();
+        if !d.protos.is_empty() {
+            drop_protos(&mut d.protos);
+        }
         d.acquire_deadline = None;
         d.subscribers = Subscribers::None;
         d.items_done = 0;

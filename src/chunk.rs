@@ -32,7 +32,24 @@ pub struct Chunk {
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
+/// The id of [`Chunk::anonymous`] (no compiled chunk has it: ids start at 1).
+pub const ANONYMOUS: u64 = 0;
+
 impl Chunk {
+    /// The chunk of `pool:invoke(fn, ...)`: the function travels in the call's message (see
+    /// `value/func.rs`), so there is nothing to load and nothing to unload.
+    pub fn anonymous() -> Arc<Chunk> {
+        static ANON: std::sync::OnceLock<Arc<Chunk>> = std::sync::OnceLock::new();
+        ANON.get_or_init(|| {
+            Arc::new(Chunk {
+                id: ANONYMOUS,
+                name: String::new(),
+                bytecode: Box::default(),
+            })
+        })
+        .clone()
+    }
+
     /// Compiles `source` in the host state `st` (syntax errors surface here) and dumps it.
     pub fn compile(st: State, name: &str, source: &[u8]) -> Result<Chunk, Error> {
         let top = st.top();

@@ -159,22 +159,24 @@ impl fmt::Display for Error {
             }
             Error::Init(m) => write!(f, "vmpool: the init code failed in a new state: {m}"),
             Error::Runtime { chunk, function, message } => {
-                write!(f, "vmpool: error in {chunk}:{function}: {message}")
+                write!(f, "vmpool: error in {}: {message}", qualified(chunk, function))
             }
             Error::Unsupported(m) => write!(f, "vmpool: {m}"),
             Error::AsNgx(m) => f.write_str(m),
             Error::TimeLimit { chunk, function, seconds, not_replaced } => write!(
                 f,
-                "vmpool: time limit exceeded: {chunk}:{function} ran longer than {seconds}s ({}; raise time_limit or make the call shorter)",
+                "vmpool: time limit exceeded: {} ran longer than {seconds}s ({}; raise time_limit or make the call shorter)",
+                qualified(chunk, function),
                 replacement(not_replaced)
             ),
             Error::MemoryLimit { chunk, function, bytes, not_replaced } => write!(
                 f,
-                "vmpool: memory limit exceeded: {chunk}:{function} needed more than {bytes} bytes ({}; raise memory_limit or use less memory)",
+                "vmpool: memory limit exceeded: {} needed more than {bytes} bytes ({}; raise memory_limit or use less memory)",
+                qualified(chunk, function),
                 replacement(not_replaced)
             ),
             Error::MapItem { index, chunk, function, cause } => {
-                write!(f, "vmpool: map item {index} of '{chunk}:{function}' failed: ")?;
+                write!(f, "vmpool: map item {index} of '{}' failed: ", qualified(chunk, function))?;
                 match cause.as_ref() {
                     // the child's own message and traceback, without "error in c:f" again
                     Error::Runtime { message, .. } => write!(f, "{message}"),
@@ -290,3 +292,12 @@ impl Error {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// `chunk:function`, or the function's own label for `pool:invoke(fn, ...)` (no chunk).
+fn qualified(chunk: &str, function: &str) -> String {
+    if chunk.is_empty() {
+        function.to_string()
+    } else {
+        format!("{chunk}:{function}")
+    }
+}

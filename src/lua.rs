@@ -32,6 +32,8 @@ pub const TTABLE: c_int = ffi::LUA_TTABLE;
 pub const TFUNCTION: c_int = ffi::LUA_TFUNCTION;
 pub const TNONE: c_int = ffi::LUA_TNONE;
 pub const TLIGHTUSERDATA: c_int = ffi::LUA_TLIGHTUSERDATA;
+pub const TUSERDATA: c_int = ffi::LUA_TUSERDATA;
+pub const TTHREAD: c_int = ffi::LUA_TTHREAD;
 
 /// The hooks of a thread and of its main thread at one moment (see [`State::hook_mark`]).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -587,6 +589,48 @@ impl State {
             )
         };
         kb.max(0) as usize * 1024 + b.max(0) as usize
+    }
+
+    /// True if the value at `idx` is a C function (not a Lua function).
+    #[inline]
+    pub fn is_cfunction(self, idx: c_int) -> bool {
+        // SAFETY: as for `top`.
+        unsafe { ffi::lua_iscfunction(self.0, idx) != 0 }
+    }
+
+    /// Pushes upvalue `n` of the function at `idx` and returns its name, or pushes nothing and
+    /// returns `None` past the last upvalue. (C functions' upvalues are named "".)
+    #[inline]
+    pub fn get_upvalue<'a>(self, idx: c_int, n: c_int) -> Option<&'a [u8]> {
+        // SAFETY: as for `top`; the name lives in the function's prototype, which the caller
+        // keeps alive (on the stack) while it uses the name.
+        unsafe {
+            let name = ffi::lua_getupvalue(self.0, idx, n);
+            (!name.is_null()).then(|| std::ffi::CStr::from_ptr(name).to_bytes())
+        }
+    }
+
+    /// Pops the top value into upvalue `n` of the function at `idx`; false (and the value left
+    /// on the stack) if the function has no such upvalue.
+    #[inline]
+    pub fn set_upvalue(self, idx: c_int, n: c_int) -> bool {
+        // SAFETY: as for `top`; a value is on top (caller's contract).
+        unsafe { !ffi::lua_setupvalue(self.0, idx, n).is_null() }
+    }
+
+    /// Pushes `registry[key]` (keyed by the static's address, a light userdata) and returns its
+    /// type.
+    #[inline]
+    pub fn raw_get_p(self, key: &'static u8) -> c_int {
+        // SAFETY: as for `top`; a raw get never calls metamethods nor allocates, and the address
+        // is only a key.
+        unsafe {
+            ffi::lua_rawgetp(
+                self.0,
+                ffi::LUA_REGISTRYINDEX,
+                key as *const u8 as *const c_void,
+            )
+        }
     }
 
     /// Full garbage collection.

@@ -19,6 +19,8 @@ const SITES: &[(&str, &str, &str)] = &[
      "lua_dump fails only if its writer does, and ours appends to a Vec"),
     ("src/host/call_io.rs", "a spare call was shared",
      "spare calls come back only from futures the host dropped: nobody else holds them"),
+    ("src/host/call_io.rs", "a spare function call was shared",
+     "as above, for pool:invoke(fn, ...)"),
     ("src/host/call_io.rs", "outcome read before the call finished",
      "results are read only after the call's state is DONE"),
     ("src/host/call_io.rs", "cannot decode results:",

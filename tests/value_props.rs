@@ -282,10 +282,11 @@ fn random_values_survive_host_to_child_to_host() {
 const BAD: &str = r#"
 local kind, path_len, seed = ...
 local bad
-if kind == 0 then bad = print
+local cw = coroutine.wrap(function() end) -- a C function outside the standard library
+if kind == 0 then bad = cw
 elseif kind == 1 then bad = io.stdout
 elseif kind == 2 then bad = coroutine.create(function() end)
-elseif kind == 3 then bad = function() end
+elseif kind == 3 then local u = io.stdout; bad = function() return u end -- an upvalue that cannot cross
 end
 local root = { 1, 2, "three", name = "x" }
 local t = root
@@ -295,10 +296,10 @@ for i = 1, path_len do
   else t[child] = i; t = child end
   t = child
 end
-if kind == 4 then t.loop = root; t.bad = print -- a cycle (which crosses) around a function
+if kind == 4 then t.loop = root; t.bad = cw -- a cycle (which crosses) around a C function
 elseif kind == 5 then                      -- nested deeper than the limit
   for _ = 1, 101 do t.deeper = {} t = t.deeper end
-elseif kind == 6 then t[bad or print] = 1  -- a bad key
+elseif kind == 6 then t[bad or cw] = 1  -- a bad key
 else t.bad = bad end
 case_root = root
 "#;
@@ -307,6 +308,7 @@ case_root = root
 fn values_that_cannot_cross_are_refused_with_the_stack_intact() {
     let h = host();
     let st = h.st;
+    vmpool::testing::value::install(st);
     let f = h.lua.load(BAD).into_function().unwrap();
     let mut r = Rng(0x5EED_0003);
     for case in 0..2000 {
@@ -329,11 +331,12 @@ fn values_that_cannot_cross_are_refused_with_the_stack_intact() {
             "case {case}: {text}"
         );
         let expected = match kind {
-            0 | 3 | 4 => "a function value",
+            0 | 4 | 6 => "a C function that is not a standard library function",
             1 => "a userdata value",
             2 => "a thread value",
+            3 => "a userdata value at",
             5 => "tables nested deeper than 100 levels",
-            _ => "a function value",
+            _ => unreachable!(),
         };
         assert!(text.contains(expected), "case {case} (kind {kind}): {text}");
         st.set_top(top);
@@ -392,4 +395,52 @@ fn mutated_messages_never_crash_the_decoder() {
         refused > 500,
         "the mutations should break most messages ({refused})"
     );
+}
+
+#[test]
+fn functions_load_only_from_the_prototypes_beside_their_message() {
+    use std::sync::atomic::Ordering::Relaxed;
+    use vmpool::testing::value::{has_functions, install, push_message, Encoder, LOADS};
+    let h = host();
+    let st = h.st;
+    install(st);
+    let src = b"local k = 41 return function() return k + 1 end";
+    assert_eq!(st.load_text(src, "t"), 0);
+    assert_eq!(st.pcall(0, 1, 0), 0);
+    let mut enc = Encoder::default();
+    let mut buf = Vec::new();
+    enc.encode(st, st.top(), 1, &mut buf, Role::Argument(b"f"))
+        .expect("a Lua function encodes");
+    let protos = enc.take_protos();
+    assert_eq!(protos.len(), 1);
+    assert!(has_functions(&buf));
+    st.pop(1);
+    let top = st.top();
+
+    // without the prototypes beside it, the message is refused and nothing is loaded
+    let loads = LOADS.load(Relaxed);
+    assert!(push_message(st, &buf, &[], None, false).is_err());
+    assert_eq!(st.top(), top);
+    assert_eq!(LOADS.load(Relaxed), loads);
+
+    // with them, it is the function, its upvalue copied
+    assert_eq!(push_message(st, &buf, &protos, None, false), Ok(1));
+    assert_eq!(st.pcall(0, 1, 0), 0);
+    assert_eq!(st.to_integer_exact(-1), Some(42));
+    st.set_top(top);
+
+    // no mutation of the bytes loads anything but that prototype, or crashes
+    let mut r = Rng(0x5EED_0005);
+    for i in 0..buf.len() {
+        for _ in 0..8 {
+            let mut m = buf.clone();
+            m[i] ^= 1 << r.below(8);
+            let before = LOADS.load(Relaxed);
+            if let Ok(n) = push_message(st, &m, &protos, None, false) {
+                assert_eq!(st.top(), top + n);
+            }
+            assert!(LOADS.load(Relaxed) - before <= 1);
+            st.set_top(top);
+        }
+    }
 }

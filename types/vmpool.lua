@@ -152,26 +152,31 @@ function Pool:compile(name, source) end
 ---Errors: unknown chunk, no such function, a value that cannot cross, the child's error with its
 ---traceback, pool exhausted (blocking = false), timed out waiting for a state, queue full, time or
 ---memory limit exceeded, pool closed.
+---With a function first (`pool:invoke(function(n) ... end, 30)`), runs that function itself: its
+---bytecode is loaded once per state, its upvalues copied into each call, its globals the state's.
+---@overload fun(self: vmpool.Pool, fn: function, ...: any): ...
 ---@param name string chunk name
 ---@param fn string function name
----@param ... nil|boolean|number|string|table arguments (copied into the child; shared tables and cycles keep their shape)
+---@param ... any arguments (copied into the child: nil, booleans, numbers, strings, light userdata, functions with their upvalues, standard library C functions and tables of them; shared tables, functions and cycles keep their shape)
 ---@return any ... the function's results
 function Pool:invoke(name, fn, ...) end
 
 ---Like invoke, but returns a future at once; the state is reserved (or the call queued) now.
 ---Errors: those of invoke that happen before the call is dispatched.
+---@overload fun(self: vmpool.Pool, fn: function, ...: any): vmpool.Future
 ---@param name string chunk name
 ---@param fn string function name
----@param ... nil|boolean|number|string|table arguments
+---@param ... any arguments
 ---@return vmpool.Future fut
 function Pool:submit(name, fn, ...) end
 
 ---Like invoke, but yields the running coroutine instead of blocking the OS thread when a scheduler
 ---drives it (vmpool.run, OpenResty, vmpool.awaiter); elsewhere exactly like invoke.
 ---Errors: those of invoke; in nginx, a phase that cannot yield.
+---@overload fun(self: vmpool.Pool, fn: function, ...: any): ...
 ---@param name string chunk name
 ---@param fn string function name
----@param ... nil|boolean|number|string|table arguments
+---@param ... any arguments
 ---@return any ... the function's results
 function Pool:co_invoke(name, fn, ...) end
 
@@ -188,6 +193,8 @@ function Pool:co_invoke(name, fn, ...) end
 ---time or memory limit, a value that cannot cross) for the first failing item unless
 ---errors = "collect"; bad arguments or options; unknown chunk or function; those of invoke about
 ---getting a state (exhausted, timed out, queue full, closed).
+---With a function first (`pool:map(function(x) ... end, list)`), maps that function itself.
+---@overload fun(self: vmpool.Pool, fn: function, list: table, options?: vmpool.MapOptions): table, table<integer, string>?
 ---@param name string chunk name
 ---@param fn string function name
 ---@param list table the items
@@ -199,6 +206,7 @@ function Pool:map(name, fn, list, options) end
 ---Like map, but yields the running coroutine while the batches run when vmpool.run or OpenResty
 ---drives it; elsewhere (and where the coroutine cannot yield) exactly like map.
 ---Errors: those of map; in nginx, a phase that cannot yield, or a wait past wait_timeout.
+---@overload fun(self: vmpool.Pool, fn: function, list: table, options?: vmpool.MapOptions): table, table<integer, string>?
 ---@param name string chunk name
 ---@param fn string function name
 ---@param list table the items

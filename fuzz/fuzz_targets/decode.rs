@@ -1,11 +1,17 @@
 //! The value decoder on hostile input: any bytes, decoded by the Rust sink and onto a real Lua
 //! stack, must give an error or values, never a crash, a hang or a stack left unbalanced; both
-//! sinks must agree on what is valid; and whatever decodes must encode back into a valid message.
+//! sinks must agree on what is valid (but a C function name the state does not have, which only
+//! the Lua sink can know); whatever decodes must encode back into a valid message; and no input
+//! ever loads bytecode (`LOADS` does not move): a function's prototype can only come from the list
+//! beside a message, which outside input never has.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use std::sync::atomic::Ordering::Relaxed;
 use vmpool::testing::lua::State;
-use vmpool::testing::value::{decode_values, encode_values, push_values, Role, RustSink};
+use vmpool::testing::value::{
+    decode_values, encode_values, install, is_refusal, push_values, Role, RustSink, LOADS,
+};
 
 struct Host {
     _lua: mlua::Lua,
@@ -22,6 +28,7 @@ thread_local! {
         unsafe { lua.exec_raw::<()>((), |l| raw = l) }.expect("a Lua state");
         // SAFETY: see above.
         let st = unsafe { State::from_raw(raw) };
+        install(st); // standard library C functions decode by name
         Host { _lua: lua, st, runs: 0 }
     });
 }
@@ -32,7 +39,10 @@ fuzz_target!(|data: &[u8]| {
         let mut h = h.borrow_mut();
         let st = h.st;
         let top = st.top();
-        match push_values(st, data) {
+        let loads = LOADS.load(Relaxed);
+        let pushed = push_values(st, data);
+        assert_eq!(LOADS.load(Relaxed), loads, "outside input loaded bytecode");
+        match pushed {
             Ok(n) => {
                 assert!(
                     rust.is_ok(),
@@ -47,7 +57,7 @@ fuzz_target!(|data: &[u8]| {
             }
             Err(e) => {
                 assert!(
-                    rust.is_err(),
+                    rust.is_err() || is_refusal(e.0),
                     "the Rust sink accepted what the Lua sink refused: {e:?}"
                 );
                 assert_eq!(

@@ -333,6 +333,33 @@ return {
   ngx.say(a, " ", b)
 end }
 
+-- functions and closures both ways: as the callee (co_invoke, co_map) and as values, with their
+-- upvalues copied, tables keeping their shape, the state's own ngx as a global, and the error
+-- for an upvalue that cannot cross
+CASES.functions = { module = "m", child = [[
+return { echo = function(...) return ... end }
+]], host = function(run, pool)
+  local k = 10
+  local _, a = run(function(n) return n * 2 + k end, 16)
+  local function fib(n) if n < 2 then return n end return fib(n - 1) + fib(n - 2) end
+  local _, b = run(function(n) return fib(n) end, 20)
+  local shared = { 1 }
+  local cyclic = {}
+  cyclic.self = cyclic
+  local t = { f = function(x) return x + 1 end, s = shared, s2 = shared, c = cyclic }
+  local _, r = run(function(tt)
+    return { tt.f(1), tt.s == tt.s2, tt.c.self == tt.c, back = function() return "back" end }
+  end, t)
+  local _, e = run("m", "echo", t)
+  local _, g = run(function() return type(ngx.now) end)
+  local squares = pool:co_map(function(x) return x * x + k end, { 1, 2, 3 })
+  ngx.say(a, " ", b, " ", r[1], " ", r[2], " ", r[3], " ", r.back(), " ", e.f(2), " ", e.s == e.s2, " ",
+    e.c.self == e.c, " ", g, " ", table.concat(squares, ","))
+  local conn = coroutine.create(function() end)
+  local ok, err = run(function() return conn end)
+  ngx.say(ok, " ", err)
+end }
+
 CASES.log = { module = "m", child = [[
 return { log = function(msg) ngx.log(ngx.WARN, "from a pool state: ", msg, " ", 42, " ", nil) return true end }
 ]], host = function(run)
@@ -727,5 +754,5 @@ return function()
   local function run(module, fn, ...)
     return pcall(pool.co_invoke, pool, module, fn, ...)
   end
-  case.host(run)
+  case.host(run, pool)
 end

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{Child, BASE};
+use super::{Child, Failure, RunCtx, Step, BASE, FUNC_NAME, MSGH, TRAMPOLINE};
 use crate::call::{deadline_after, Call, Outcome};
 use crate::child::limits::Trip;
 use crate::chunk::Chunk;
@@ -27,7 +27,14 @@ impl Child {
         out.clear();
         let st = self.st;
         let mut done = 0u32;
-        for item in crate::batch::Items::new(items) {
+        let mut items = crate::batch::Items::new(items);
+        if chunk.id == crate::chunk::ANONYMOUS {
+            // `pool:map(fn, list)`: the first message is the function
+            if let Err((outcome, replace)) = self.push_callee(chunk, items.next()) {
+                return (outcome, replace, 0);
+            }
+        }
+        for item in items {
             // stopping here leaves the state as clean as after any call: no need to replace it
             if call.stop.load(Ordering::Relaxed) {
                 return (Outcome::Err(Error::Cancelled), false, done);
@@ -35,8 +42,8 @@ impl Child {
             let item = match item {
                 Ok(item) => item,
                 Err(c) => {
-                    let e = Error::Internal(format!("bad map batch: {}", c.0));
-                    return (Outcome::Err(e), false, done);
+                    let (outcome, replace) = bad_batch(c.0);
+                    return (outcome, replace, done);
                 }
             };
             if self.hooked && done > 0 {
@@ -69,4 +76,54 @@ impl Child {
         }
         (Outcome::Ok, false, done)
     }
+
+    /// Decodes a map's function into the name's slot (protected: it allocates), for the items
+    /// of the batch to call.
+    fn push_callee(
+        &mut self,
+        chunk: &Chunk,
+        message: Option<Result<&[u8], crate::value::Corrupt>>,
+    ) -> Result<(), (Outcome, bool)> {
+        let st = self.st;
+        let bad = bad_batch;
+        let message = match message {
+            Some(Ok(m)) => m,
+            Some(Err(c)) => return Err(bad(c.0)),
+            None => return Err(bad("no function")),
+        };
+        let mut ctx = RunCtx::new(Step::PushCallee, message, 0);
+        ctx.protos = self.protos.as_slice();
+        ctx.fns = &mut self.fns;
+        st.push_value(TRAMPOLINE);
+        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut std::ffi::c_void);
+        let rc = st.pcall(1, 1, MSGH);
+        let function = String::from_utf8_lossy(&self.func).into_owned();
+        if rc != 0 {
+            let failed = self.failure(rc, &chunk.name, &function, |message| Error::Runtime {
+                chunk: chunk.name.clone(),
+                function: function.clone(),
+                message,
+            });
+            st.set_top(BASE);
+            return Err(failed);
+        }
+        if let Failure::Corrupt(what) = ctx.failure {
+            st.set_top(BASE);
+            if crate::value::is_refusal(what) {
+                let e = Error::Unsupported(format!("cannot pass the function of a map: {what}"));
+                return Err((Outcome::Err(e), false));
+            }
+            return Err(bad(what));
+        }
+        st.replace(FUNC_NAME);
+        self.slot_is_callee = true;
+        self.batch_callee = true;
+        Ok(())
+    }
+}
+
+/// A batch message this process's encoder did not write.
+fn bad_batch(what: &str) -> (Outcome, bool) {
+    let e = Error::Internal(format!("bad map batch: {what}"));
+    (Outcome::Err(e), false)
 }

@@ -115,6 +115,25 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
             load_chunk(st, ctx.chunk_id);
             return 0;
         }
+        Step::PushCallee => {
+            st.set_top(0);
+            // SAFETY: as in `call_sent_function`.
+            let (protos, fns) = unsafe { (&*ctx.protos, ctx.fns.as_mut()) };
+            return match value::push_message(st, args, protos, fns, true) {
+                Ok(1) if st.type_of(1) == TFUNCTION => 1,
+                Ok(_) => {
+                    ctx.failure = Failure::Corrupt("a map batch without its function");
+                    0
+                }
+                Err(c) => {
+                    ctx.failure = Failure::Corrupt(c.0);
+                    0
+                }
+            };
+        }
+    }
+    if ctx.chunk_id == crate::chunk::ANONYMOUS as i64 {
+        return call_sent_function(st, ctx, args);
     }
     st.remove(1); // [name]
     if let Err(global) = find_function(st, ffi::lua_upvalueindex(1), ctx.chunk_id, 1) {
@@ -122,7 +141,9 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
         return 0;
     }
     st.replace(1); // [function]
-    let nargs = match value::push_values(st, args) {
+                   // SAFETY: as in `call_sent_function`.
+    let protos = unsafe { &*ctx.protos };
+    let nargs = match value::push_message(st, args, protos, None, false) {
         Ok(n) => n,
         Err(c) => {
             ctx.failure = Failure::Corrupt(c.0);
@@ -132,6 +153,48 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     // SAFETY: the function and `nargs` arguments are on the stack; errors propagate to the
     // enclosing `lua_pcall` (see above).
     unsafe { ffi::lua_call(l, nargs, ffi::LUA_MULTRET) };
+    results(st, ctx)
+}
+
+/// `pool:invoke(fn, ...)`: the message holds the function, then its arguments.
+#[inline(never)]
+fn call_sent_function(st: State, ctx: &mut RunCtx, args: &[u8]) -> isize {
+    // SAFETY: `Child::run_function` set both from the child's own fields, which outlive this
+    // protected call and are not touched by anything else during it.
+    let (protos, fns) = unsafe { (&*ctx.protos, ctx.fns.as_mut()) };
+    if ctx.callee_in_slot {
+        st.remove(1); // [function]
+        let nargs = match value::push_message(st, args, protos, fns, false) {
+            Ok(n) => n,
+            Err(c) => {
+                ctx.failure = Failure::Corrupt(c.0);
+                return 0;
+            }
+        };
+        // SAFETY: as below.
+        unsafe { ffi::lua_call(st.as_ptr(), nargs, ffi::LUA_MULTRET) };
+        return results(st, ctx);
+    }
+    st.set_top(0);
+    let n = match value::push_message(st, args, protos, fns, true) {
+        Ok(n) => n,
+        Err(c) => {
+            ctx.failure = Failure::Corrupt(c.0);
+            return 0;
+        }
+    };
+    if n < 1 || st.type_of(1) != TFUNCTION {
+        ctx.failure = Failure::Corrupt("a call message without its function");
+        return 0;
+    }
+    // SAFETY: the function and its `n - 1` arguments are on the stack; errors propagate to the
+    // enclosing `lua_pcall` (see above).
+    unsafe { ffi::lua_call(st.as_ptr(), n - 1, ffi::LUA_MULTRET) };
+    results(st, ctx)
+}
+
+/// After the call, with its results on the stack: makes room to encode them.
+fn results(st: State, ctx: &mut RunCtx) -> isize {
     // The results are encoded after this protected call returns, and nested tables need stack
     // space for that. Growing the stack there raises "not enough memory" unprotected on Lua 5.1
     // and LuaJIT (ending the process) in a state at its memory limit; reserve it here instead.
@@ -139,7 +202,7 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     // the encoder then reports, but usually no memory on Lua 5.2 to 5.4, which say no instead
     // of raising.)
     let n = st.top();
-    if (1..=n).any(|i| st.type_of(i) == TTABLE)
+    if (1..=n).any(|i| matches!(st.type_of(i), TTABLE | TFUNCTION))
         && !st.check_stack(ENCODE_STACK)
         && cfg!(not(any(feature = "lua51", feature = "luajit")))
         && n < 900_000
@@ -148,6 +211,15 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
         return 0;
     }
     n as isize
+}
+
+/// Sets the state up to send and receive functions (`value::install`), protected.
+pub(super) const INSTALL: ffi::lua_CFunction = crate::lua::c_function(install);
+unsafe extern "C-unwind" fn install(l: *mut ffi::lua_State) -> isize {
+    // SAFETY: Lua calls this with its own live state on this thread; nothing here has a
+    // destructor.
+    value::install(unsafe { State::from_raw(l) });
+    0
 }
 
 /// Drops loaded chunk `id` (what it returned and its environment). Storing nil allocates nothing.

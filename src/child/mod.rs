@@ -30,7 +30,7 @@ use crate::lua::{State, TTABLE};
 use crate::state_heap::OwnedState;
 use crate::value::{self, Role};
 use crate::Error;
-use in_state::{forget_chunk, COLLECT, MESSAGE_HANDLER, TRAMPOLINE_FN};
+use in_state::{forget_chunk, COLLECT, INSTALL, MESSAGE_HANDLER, TRAMPOLINE_FN};
 use limits::{limit_hook, Limits, Trip, HOOK_COUNT, LIMITS, LIMIT_TRIPPED};
 
 mod batch;
@@ -68,6 +68,14 @@ pub struct Child {
     /// The name held in slot `FUNC_NAME`.
     func_in_slot: Vec<u8>,
     encoder: value::Encoder,
+    /// The callees this state loaded (`pool:invoke(fn, ...)`), by content.
+    fns: value::FnCache,
+    /// Slot `FUNC_NAME` holds a map's function, not a name (see `child/batch.rs`).
+    slot_is_callee: bool,
+    /// The running batch calls the function in slot `FUNC_NAME`.
+    batch_callee: bool,
+    /// The prototypes of the functions in the running call's arguments (see `value/func.rs`).
+    protos: Vec<Arc<value::Proto>>,
     /// Where a map batch's results are written while its items are read (empty until this state
     /// runs a batch; then it keeps the last batch's item buffer for the next one).
     batch_out: Vec<u8>,
@@ -91,6 +99,12 @@ struct RunCtx {
     args_len: usize,
     chunk_id: i64,
     failure: Failure,
+    /// The call's prototypes and the state's function cache (a `Step::Call`).
+    protos: *const [Arc<value::Proto>],
+    fns: *mut value::FnCache,
+    /// `pool:map(fn, list)`: the function is in the name's slot, the message holds only the
+    /// arguments.
+    callee_in_slot: bool,
 }
 
 /// What the trampoline does. Besides running the call, it does the few things a call needs that
@@ -105,6 +119,8 @@ enum Step {
     /// Run the chunk function passed in an environment of its own and keep what its top level
     /// returned, and the environment, as loaded chunk `chunk_id`.
     Load,
+    /// Decode a map's function (`args` is its message) and return it.
+    PushCallee,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -159,6 +175,10 @@ impl Child {
             func: Vec::new(),
             func_in_slot: Vec::with_capacity(32),
             encoder: value::Encoder::with_depth(8),
+            fns: value::FnCache::default(),
+            slot_is_callee: false,
+            batch_callee: false,
+            protos: Vec::new(),
             batch_out: Vec::new(),
             time_limit: cfg.time_limit,
             memory_limit: cfg.memory_limit,
@@ -169,6 +189,10 @@ impl Child {
 
     fn configure(&mut self, cfg: &Config) -> Result<(), Error> {
         let st = self.st;
+        st.push_cclosure(INSTALL, 0);
+        if st.pcall(0, 0, 0) != 0 {
+            return Err(Error::Spawn("no memory to set up the new state".into()));
+        }
         st.push_globals();
         if st.raw_get_str(-1, "package") == TTABLE {
             if let Some(p) = &cfg.package_path {
@@ -338,6 +362,9 @@ end
         let (job, chunk, mut buf) = {
             let mut data = call.data.lock();
             std::mem::swap(&mut self.func, &mut data.func);
+            if !data.protos.is_empty() {
+                take_protos(&mut self.protos, &mut data.protos);
+            }
             (data.job, data.chunk.take(), std::mem::take(&mut data.buf))
         };
         if job == Job::Collect {
@@ -363,6 +390,7 @@ end
                         let result = if map {
                             let (outcome, replace, done) =
                                 self.run_batch(chunk, call, &buf, &mut out);
+                            self.batch_callee = false;
                             items_done = done;
                             (outcome, replace)
                         } else {
@@ -402,11 +430,16 @@ end
             out.clear();
             self.batch_out = out;
         }
+        // the arguments' prototypes are dropped here, the results' go back with them
+        if !self.protos.is_empty() {
+            drop_protos(&mut self.protos);
+        }
         let mut data = call.data.lock();
         data.buf = buf;
         data.chunk = chunk;
         data.items_done = items_done;
         std::mem::swap(&mut self.func, &mut data.func);
+        self.encoder.move_protos(&mut data.protos);
         (outcome, replace)
     }
 
@@ -470,7 +503,7 @@ end
     /// already replaced when it is first loaded (its call was submitted before the recompile)
     /// runs once and is forgotten, since the log of removals has gone past it.
     fn ensure_loaded(&mut self, chunks: &Chunks, chunk: &Chunk) -> Result<bool, (Outcome, bool)> {
-        if self.loaded.ids.contains(&chunk.id) {
+        if chunk.id == crate::chunk::ANONYMOUS || self.loaded.ids.contains(&chunk.id) {
             return Ok(true);
         }
         let st = self.st;
@@ -560,7 +593,8 @@ end
     fn run_function(&mut self, chunk: &Chunk, args: &[u8]) -> Result<c_int, (Outcome, bool)> {
         let st = self.st;
         let func_name = || String::from_utf8_lossy(&self.func).into_owned();
-        if self.func != self.func_in_slot {
+        let named = chunk.id != crate::chunk::ANONYMOUS;
+        if named && (self.func != self.func_in_slot || self.slot_is_callee) {
             // a new string: protected (see `Step`)
             let mut ctx = RunCtx::new(Step::PushName, &self.func, 0);
             st.push_value(TRAMPOLINE);
@@ -577,12 +611,16 @@ end
                 return Err(failed);
             }
             st.replace(FUNC_NAME);
+            self.slot_is_callee = false;
             self.func_in_slot.clear();
             self.func_in_slot.extend_from_slice(&self.func);
         }
         // Decoding the arguments allocates, which can hit the memory limit or run a finalizer
         // the chunk left behind that raises: it runs inside the trampoline's protected call.
         let mut ctx = RunCtx::new(Step::Call, args, chunk.id as i64);
+        ctx.protos = self.protos.as_slice();
+        ctx.fns = &mut self.fns;
+        ctx.callee_in_slot = self.batch_callee;
         st.push_value(TRAMPOLINE);
         st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
         st.push_value(FUNC_NAME);
@@ -605,6 +643,13 @@ end
                     function: func_name(),
                     global,
                 }),
+                false,
+            ),
+            Failure::Corrupt(what) if value::is_refusal(what) => (
+                Outcome::Err(Error::Unsupported(format!(
+                    "cannot pass the arguments of '{}': {what}",
+                    func_name()
+                ))),
                 false,
             ),
             Failure::Corrupt(what) => (
@@ -682,6 +727,17 @@ end
     }
 }
 
+/// Takes a call's prototypes for the state (rare: only calls that send functions have any).
+#[cold]
+fn take_protos(mine: &mut Vec<Arc<value::Proto>>, call: &mut Vec<Arc<value::Proto>>) {
+    std::mem::swap(mine, call);
+}
+
+#[cold]
+fn drop_protos(protos: &mut Vec<Arc<value::Proto>>) {
+    protos.clear();
+}
+
 impl RunCtx {
     fn new(step: Step, args: &[u8], chunk_id: i64) -> RunCtx {
         RunCtx {
@@ -690,6 +746,9 @@ impl RunCtx {
             args_len: args.len(),
             chunk_id,
             failure: Failure::None,
+            protos: &[],
+            fns: std::ptr::null_mut(),
+            callee_in_slot: false,
         }
     }
 }

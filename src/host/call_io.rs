@@ -139,8 +139,9 @@ impl PoolHandle {
         self.prepare_with(st, 2, method, None)
     }
 
-    /// Builds a call from arguments `chunk, fn, ...` starting at stack slot `base`, in a call
-    /// record taken from `cache` (this pool's own if `None`; given back to it on error).
+    /// Builds a call from arguments `chunk, fn, ...` (or `fn, ...` with a function) starting at
+    /// stack slot `base`, in a call record taken from `cache` (this pool's own if `None`; given
+    /// back to it on error).
     pub fn prepare_with(
         &mut self,
         st: State,
@@ -149,9 +150,12 @@ impl PoolHandle {
         cache: Option<&mut CallCache>,
     ) -> Result<Arc<Call>, Error> {
         self.check()?;
-        let name = st
-            .to_bytes(base)
-            .ok_or_else(|| bad_arg(st, base, 1, method, "a chunk name (string)"))?;
+        let Some(name) = st.to_bytes(base) else {
+            if st.type_of(base) == crate::lua::TFUNCTION {
+                return self.prepare_function(st, base, cache);
+            }
+            return Err(bad_arg(st, base, 1, method, "a chunk name (string)"));
+        };
         let func = st
             .to_bytes(base + 1)
             .ok_or_else(|| bad_arg(st, base + 1, 2, method, "a function name (string)"))?;
@@ -172,16 +176,70 @@ impl PoolHandle {
                 d.func.extend_from_slice(func);
                 d.chunk = Some(chunk);
                 let first = base + 2;
-                self.encoder.encode(
+                match self.encoder.encode(
                     st,
                     first,
                     st.top() - first + 1,
                     &mut d.buf,
                     Role::Argument(func),
-                )
+                ) {
+                    Ok(()) => {
+                        self.encoder.move_protos(&mut d.protos);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        self.encoder.drop_protos();
+                        Err(e)
+                    }
+                }
             }
             None => Err(Error::Internal("a spare call was shared".into())),
         };
+        match encoded {
+            Ok(()) => Ok(call),
+            Err(e) => {
+                cache.put(call);
+                Err(e)
+            }
+        }
+    }
+
+    /// Builds a call from `fn, ...` at stack slots `base..`, `fn` a function: the function
+    /// travels first in the message, its prototype beside it (see `value/func.rs`), and the
+    /// anonymous chunk stands for the chunk.
+    #[cold]
+    #[inline(never)]
+    fn prepare_function(
+        &mut self,
+        st: State,
+        base: c_int,
+        cache: Option<&mut CallCache>,
+    ) -> Result<Arc<Call>, Error> {
+        let count = st.top() - base + 1;
+        if count - 1 > MAX_ARGS {
+            return Err(too_many_args(b"the function called", (count - 1).into()));
+        }
+        // the arguments' room; the function's own upvalues get it from the encoder if one of
+        // them nests (`value::func::reserve_stack`), so a closure over scalars pays nothing
+        reserve_encoding_stack(st, base + 1)?;
+        let cache = match cache {
+            Some(c) => c,
+            None => &mut self.cache,
+        };
+        let mut call = cache.take(Some(&self.pool));
+        let Some(c) = Arc::get_mut(&mut call) else {
+            return Err(Error::Internal("a spare function call was shared".into()));
+        };
+        let d = c.data.get_mut();
+        let encoded = self
+            .encoder
+            .encode(st, base, count, &mut d.buf, Role::Callee);
+        self.encoder.move_protos(&mut d.protos);
+        d.func.extend_from_slice(match d.protos.first() {
+            Some(p) => p.label().as_bytes(),
+            None => b"C function",
+        });
+        d.chunk = Some(Chunk::anonymous());
         match encoded {
             Ok(()) => Ok(call),
             Err(e) => {
@@ -200,11 +258,18 @@ impl PoolHandle {
 /// Stack slots that encoding nested tables needs: two per level and the encoder's margin.
 const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 
-/// Encoding table arguments grows the stack, which raises "not enough memory" on Lua 5.1 and
-/// LuaJIT when it cannot: make that room first, protected, if any argument from `first` on is a
-/// table (the encoder's own checks then find it there).
+/// Encoding table and function arguments grows the stack, which raises "not enough memory" on
+/// Lua 5.1 and LuaJIT when it cannot: make that room first, protected, if any argument from
+/// `first` on is a table or a function (the encoder's own checks then find it there). Lua 5.2 to
+/// 5.4 grow the stack inside `lua_checkstack`'s own protected call and answer false instead of
+/// raising, so there the room is asked for directly.
 fn reserve_encoding_stack(st: State, first: c_int) -> Result<(), Error> {
-    if !(first..=st.top()).any(|i| st.type_of(i) == crate::lua::TTABLE) {
+    let nests = |t| t == crate::lua::TTABLE || t == crate::lua::TFUNCTION;
+    if !(first..=st.top()).any(|i| nests(st.type_of(i))) {
+        return Ok(());
+    }
+    if cfg!(not(any(feature = "lua51", feature = "luajit"))) {
+        st.check_stack(ENCODE_STACK);
         return Ok(());
     }
     protected(
@@ -251,12 +316,18 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
     if let Some(n) = value::push_scalars(st, buf, UNPROTECTED_RESULTS) {
         return Ok(n);
     }
+    // the prototypes of functions among the results travel in the record (see `value/func.rs`)
+    let protos = if value::has_functions(buf) {
+        call.data.lock().protos.clone()
+    } else {
+        Vec::new()
+    };
     let mut corrupt = None;
     let n = protected(
         st,
         0,
         || format!("receiving the results of {}", call_name(call)),
-        &mut |st| match value::push_values(st, buf) {
+        &mut |st| match value::push_message(st, buf, &protos, None, false) {
             Ok(n) => n,
             Err(c) => {
                 corrupt = Some(c.0);
@@ -266,6 +337,10 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
     )?;
     match corrupt {
         None => Ok(n),
+        Some(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
+            "cannot pass the results of {}: {what}",
+            call_name(call)
+        ))),
         Some(what) => Err(Error::Internal(format!("cannot decode results: {what}"))),
     }
 }
@@ -274,5 +349,8 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
 fn call_name(call: &Call) -> String {
     let d = call.data.lock();
     let chunk = d.chunk.as_ref().map_or("?", |c| c.name.as_str());
+    if chunk.is_empty() {
+        return String::from_utf8_lossy(&d.func).into_owned();
+    }
     format!("{chunk}:{}", String::from_utf8_lossy(&d.func))
 }

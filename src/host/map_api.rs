@@ -40,7 +40,8 @@ fn map_handle<'a>(st: State) -> Result<&'a mut MapRun, Error> {
 }
 
 /// Reads the options table at `idx` (nil or none: the defaults).
-fn options(st: State, idx: c_int, method: &str) -> Result<MapOptions, Error> {
+/// `position` is the options' argument number, for messages.
+fn options(st: State, idx: c_int, position: c_int, method: &str) -> Result<MapOptions, Error> {
     let mut o = MapOptions {
         unpack: false,
         collect: false,
@@ -49,7 +50,15 @@ fn options(st: State, idx: c_int, method: &str) -> Result<MapOptions, Error> {
     match st.type_of(idx) {
         TNIL | TNONE => return Ok(o),
         TTABLE => {}
-        _ => return Err(bad_arg(st, idx, 4, method, "a table of options or nil")),
+        _ => {
+            return Err(bad_arg(
+                st,
+                idx,
+                position,
+                method,
+                "a table of options or nil",
+            ))
+        }
     }
     if !st.check_stack(3) {
         return Err(Error::no_stack("reading the options of pool:map"));
@@ -57,7 +66,7 @@ fn options(st: State, idx: c_int, method: &str) -> Result<MapOptions, Error> {
     let top = st.top();
     let wrong = |what: &str, expected: &str, st: State| {
         Error::BadArgument(format!(
-            "bad argument #4 to '{method}': option '{what}' must be {expected} (got {})",
+            "bad argument #{position} to '{method}': option '{what}' must be {expected} (got {})",
             describe(st, -1)
         ))
     };
@@ -100,7 +109,7 @@ fn options(st: State, idx: c_int, method: &str) -> Result<MapOptions, Error> {
                 }
             }
             None => Err(Error::BadArgument(format!(
-                "bad argument #4 to '{method}': unknown option {} (known options: {})",
+                "bad argument #{position} to '{method}': unknown option {} (known options: {})",
                 describe(st, -2),
                 KNOWN.join(", ")
             ))),
@@ -115,10 +124,24 @@ fn options(st: State, idx: c_int, method: &str) -> Result<MapOptions, Error> {
     result.map(|()| o)
 }
 
-/// Checks `pool:METHOD(name, fn, list [, options])` with the pool at `base - 1` and sets a
-/// map up (nothing is submitted yet).
-fn start(st: State, h: &mut PoolHandle, base: c_int, method: &str) -> Result<MapRun, Error> {
+/// Checks `pool:METHOD(name, fn, list [, options])` (or `pool:METHOD(fn, list [, options])`)
+/// with the pool at `base - 1` and sets a map up (nothing is submitted yet). Returns it with the
+/// list's slot.
+fn start(
+    st: State,
+    h: &mut PoolHandle,
+    base: c_int,
+    method: &str,
+) -> Result<(MapRun, c_int), Error> {
     h.check()?;
+    if st.type_of(base) == crate::lua::TFUNCTION {
+        if st.type_of(base + 1) != TTABLE {
+            return Err(bad_arg(st, base + 1, 2, method, "a list of items (table)"));
+        }
+        let opts = options(st, base + 2, 3, method)?;
+        let run = MapRun::of_function(h, st, base, st.raw_len(base + 1), opts)?;
+        return Ok((run, base + 1));
+    }
     if st.type_of(base) != TSTRING {
         return Err(bad_arg(st, base, 1, method, "a chunk name (string)"));
     }
@@ -128,14 +151,15 @@ fn start(st: State, h: &mut PoolHandle, base: c_int, method: &str) -> Result<Map
     if st.type_of(base + 2) != TTABLE {
         return Err(bad_arg(st, base + 2, 3, method, "a list of items (table)"));
     }
-    let opts = options(st, base + 3, method)?;
-    MapRun::new(
+    let opts = options(st, base + 3, 4, method)?;
+    let run = MapRun::new(
         h,
         st.to_bytes(base).unwrap_or_default(),
         st.to_bytes(base + 1).unwrap_or_default(),
         st.raw_len(base + 2),
         opts,
-    )
+    )?;
+    Ok((run, base + 2))
 }
 
 /// A value for a message: strings quoted, numbers and booleans as Lua shows them, else the type.
@@ -175,11 +199,11 @@ crate::lua_function!(pub fn map => map_impl);
 /// `pool:map(name, fn, list [, options])` -> results (and errors with `errors = "collect"`).
 fn map_impl(st: State) -> Result<c_int, Error> {
     let h = pool_handle(st, 1, "map")?;
-    let mut run = start(st, h, 2, "map")?;
-    st.set_top(5);
+    let (mut run, list) = start(st, h, 2, "map")?;
+    st.set_top(list + 1);
     let (results, errors) = push_tables(st, run.len(), run.collects())?;
     loop {
-        if run.step(st, 4, results, errors)? {
+        if run.step(st, list, results, errors)? {
             break;
         }
         if let Some(call) = run.wait_target() {
@@ -201,7 +225,7 @@ crate::lua_function!(pub fn new_map => new_map_impl);
 /// scheduler to drive with `m:_step`.
 fn new_map_impl(st: State) -> Result<c_int, Error> {
     let h = pool_handle(st, 1, "co_map")?;
-    let run = start(st, h, 2, "co_map")?;
+    let (run, _) = start(st, h, 2, "co_map")?;
     let (len, collect) = (run.len(), run.collects());
     st.set_top(0);
     userdata::push(st, run, UV_MAP)?;

@@ -82,6 +82,9 @@ pub struct MapRun {
     failure: Option<Error>,
     cache: CallCache,
     encoder: value::Encoder,
+    /// `pool:map(fn, list)`: the function's message (encoded once, when the map starts: its
+    /// upvalues are copied then) and its prototypes; each batch starts with it.
+    callee: Option<(Vec<u8>, Vec<Arc<value::Proto>>)>,
 }
 
 impl userdata::Tagged for MapRun {
@@ -106,7 +109,39 @@ impl MapRun {
     ) -> Result<MapRun, Error> {
         h.check()?;
         let chunk = h.chunk(name)?;
-        let func = func.to_vec();
+        Ok(MapRun::with_chunk(h, chunk, func.to_vec(), len, opts))
+    }
+
+    /// A map of the function at stack slot `f` over a list of `len` items.
+    pub fn of_function(
+        h: &mut PoolHandle,
+        st: State,
+        f: c_int,
+        len: usize,
+        opts: MapOptions,
+    ) -> Result<MapRun, Error> {
+        h.check()?;
+        let mut encoder = value::Encoder::with_depth(8);
+        let mut msg = Vec::new();
+        let encoded = encoder.encode(st, f, 1, &mut msg, Role::Callee);
+        let protos = encoder.take_protos();
+        encoded?;
+        let label = match protos.first() {
+            Some(p) => p.label().as_bytes().to_vec(),
+            None => b"C function".to_vec(),
+        };
+        let mut run = MapRun::with_chunk(h, Chunk::anonymous(), label, len, opts);
+        run.callee = Some((msg, protos));
+        Ok(run)
+    }
+
+    fn with_chunk(
+        h: &mut PoolHandle,
+        chunk: Arc<Chunk>,
+        func: Vec<u8>,
+        len: usize,
+        opts: MapOptions,
+    ) -> MapRun {
         let pool = h.pool.clone();
         let cfg = &pool.config;
         let states = cfg
@@ -117,7 +152,7 @@ impl MapRun {
             Some(b) => Sizes::Fixed(b),
             None => Sizes::Factoring { states },
         };
-        Ok(MapRun {
+        MapRun {
             pool,
             chunk,
             func,
@@ -132,7 +167,8 @@ impl MapRun {
             failure: None,
             cache: CallCache::default(),
             encoder: value::Encoder::with_depth(8),
-        })
+            callee: None,
+        }
     }
 
     /// Items in the list.
@@ -313,6 +349,17 @@ impl MapRun {
         d.job = Job::Map;
         d.chunk = Some(self.chunk.clone());
         d.func.extend_from_slice(&self.func);
+        if let Some((msg, protos)) = &self.callee {
+            // the batch's first message is the function (`child/batch.rs`); the items' functions
+            // index the prototypes after its own
+            let at = crate::batch::begin_item(&mut d.buf);
+            d.buf.extend_from_slice(msg);
+            if let Err(e) = crate::batch::end_item(&mut d.buf, at) {
+                self.cache.put(call);
+                return (None, Some((first, e)));
+            }
+            self.encoder.seed_protos(protos);
+        }
         let mut bad = None;
         let mut encoded = 0;
         for i in first..first + count {
@@ -334,6 +381,7 @@ impl MapRun {
             }
             encoded += 1;
         }
+        self.encoder.move_protos(&mut d.protos);
         if encoded == 0 {
             self.cache.put(call);
             return (None, bad);
@@ -390,7 +438,8 @@ impl MapRun {
         match call.result() {
             Some(Ok(buf)) => {
                 if self.failure.is_none() {
-                    if let Err(e) = self.store(st, results, b.first, buf) {
+                    let protos = results_protos(&call, buf);
+                    if let Err(e) = self.store(st, results, b.first, buf, &protos) {
                         self.fail(e);
                     }
                 }
@@ -399,7 +448,8 @@ impl MapRun {
                 let done = call.data.lock().items_done as usize;
                 if self.failure.is_none() && done > 0 {
                     let buf = std::mem::take(&mut call.data.lock().buf);
-                    if let Err(e) = self.store(st, results, b.first, &buf) {
+                    let protos = results_protos(&call, &buf);
+                    if let Err(e) = self.store(st, results, b.first, &buf, &protos) {
                         self.fail(e);
                     }
                 }
@@ -471,7 +521,14 @@ impl MapRun {
     }
 
     /// Stores the results in `buf` ([`crate::batch`] format) as `results[first + 1]`, ...
-    fn store(&self, st: State, results: c_int, first: usize, buf: &[u8]) -> Result<(), Error> {
+    fn store(
+        &self,
+        st: State,
+        results: c_int,
+        first: usize,
+        buf: &[u8],
+        protos: &[Arc<value::Proto>],
+    ) -> Result<(), Error> {
         let mut corrupt = None;
         st.push_value(results);
         protected(
@@ -488,7 +545,7 @@ impl MapRun {
                 let mut index = first as i64;
                 for item in crate::batch::Items::new(buf) {
                     index += 1;
-                    match item.and_then(|m| value::push_values(st, m)) {
+                    match item.and_then(|m| value::push_message(st, m, protos, None, false)) {
                         Ok(0) => {}
                         Ok(n) => {
                             st.pop(n - 1);
@@ -505,6 +562,10 @@ impl MapRun {
         )?;
         match corrupt {
             None => Ok(()),
+            Some(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
+                "cannot pass the results of a map over {}: {what}",
+                String::from_utf8_lossy(&self.func)
+            ))),
             Some(what) => Err(Error::Internal(format!(
                 "cannot decode map results: {what}"
             ))),
@@ -537,6 +598,16 @@ impl MapRun {
 impl Drop for MapRun {
     fn drop(&mut self) {
         self.fail(Error::Cancelled);
+    }
+}
+
+/// The prototypes of the functions among a batch's results (only looked up if it has any).
+fn results_protos(call: &crate::call::Call, buf: &[u8]) -> Vec<Arc<value::Proto>> {
+    let any = crate::batch::Items::new(buf).any(|m| m.is_ok_and(value::has_functions));
+    if any {
+        call.data.lock().protos.clone()
+    } else {
+        Vec::new()
     }
 }
 

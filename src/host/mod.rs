@@ -124,7 +124,18 @@ const FUNCTIONS: Methods = &[
     ("_notifier", notifier_api::new_notifier),
     ("_map", map_api::new_map),
     ("_yieldable", yieldable::yieldable),
+    ("_function_cache", function_cache),
 ];
+
+crate::lua_function!(fn function_cache => function_cache_impl);
+/// `vmpool._function_cache()` -> loads, hits: how many times the process's states loaded a
+/// function's bytecode, and how many callees they found already loaded (for the specs).
+fn function_cache_impl(st: State) -> Result<c_int, Error> {
+    use std::sync::atomic::Ordering::Relaxed;
+    st.push_integer(crate::value::LOADS.load(Relaxed) as i64);
+    st.push_integer(crate::value::HITS.load(Relaxed) as i64);
+    Ok(2)
+}
 
 crate::lua_function!(fn clock => clock_impl);
 /// `vmpool.clock()`: seconds on a monotonic clock (for timing; plain Lua has only `os.time`).
@@ -205,6 +216,7 @@ fn build(st: State) -> Result<c_int, Error> {
         return Err(Error::no_stack("opening the module"));
     }
     st.set_top(0);
+    crate::value::install(st);
     // slots 1..4: the metatables every function closes over, 5: the protected-call runner (see
     // userdata.rs)
     let metatable = |name: &str| {

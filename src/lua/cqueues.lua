@@ -200,6 +200,7 @@ local native_map = native._map
 -- done.
 local function co_map(cq, pool, chunk, fn, list, options)
   local m, results, errors = native_map(pool, chunk, fn, list, options)
+  if type(chunk) == "function" then list = fn end -- pool:co_map(fn, list [, options])
   while not m:_step(list, results, errors) do
     wait_for(cq, m)
   end

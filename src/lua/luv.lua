@@ -288,6 +288,7 @@ local native_map = native._map
 -- sleeps between them, woken when the batch it waits for (the first unfinished one) is done.
 local function co_map(co, pool, chunk, fn, list, options)
   local m, results, errors = native_map(pool, chunk, fn, list, options)
+  if type(chunk) == "function" then list = fn end -- pool:co_map(fn, list [, options])
   while not m:_step(list, results, errors) do
     if not wait_for(co, m) and not m:_ready() then
       m:_cancel() -- its batches are cancelled; running ones stop after their item

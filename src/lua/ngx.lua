@@ -431,6 +431,7 @@ local function host_co_map(pool, chunk, fn, list, options)
       return pool:map(chunk, fn, list, options)
     end
     local m, results, errors = native._map(pool, chunk, fn, list, options)
+    if type(chunk) == "function" then list = fn end -- pool:co_map(fn, list [, options])
     local notifier = w.notifier
     local timeout = config.wait_timeout
     while not m:_step(list, results, errors) do

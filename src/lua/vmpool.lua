@@ -21,6 +21,7 @@ local M = {
   new = native.new,
   clock = native.clock,
   memory = native.memory,
+  _function_cache = native._function_cache, -- loads, hits of functions sent as callees (specs)
   --- Schedulers other than vmpool.run plug in here (see the README): called as awaiter(fut) inside
   --- a coroutine, it must return once fut:ready() is true, yielding meanwhile.
   awaiter = nil,
@@ -265,6 +266,7 @@ function Pool:co_map(chunk, fn, list, options)
   local d = driver_of[coroutine_running()]
   if d and isyieldable() then
     local m, results, errors = native_map(self, chunk, fn, list, options)
+    if type(chunk) == "function" then list = fn end -- pool:co_map(fn, list [, options])
     while not map_step(m, list, results, errors) do
       local token = native_watch(d.native, m)
       if token then

@@ -1,0 +1,482 @@
+//! The decoder: reads a message (the format in `mod.rs`) into a [`Sink`]: the Lua stack
+//! ([`LuaSink`]), Rust values (`rust.rs`), or a check that pushes nothing ([`push_scalars`]).
+//! Written to never panic and never trust its input (it is fuzzed, see `fuzz/`): every read is
+//! bounds-checked, counts are checked against the bytes left, table keys that Lua cannot store
+//! (nil, NaN) are refused, and a function's prototype is only ever taken from the list beside the
+//! message (see `func.rs`).
+
+use std::ffi::{c_int, c_void};
+use std::sync::Arc;
+
+use super::func::{self, FnCache, Proto};
+use super::*;
+use crate::lua::State;
+
+/// Decodes a whole message into `sink`; returns the number of values.
+pub fn decode_values<S: Sink>(buf: &[u8], sink: &mut S) -> Result<u32, Corrupt> {
+    decode_with(buf, &[], sink)
+}
+
+/// Decodes a whole message whose functions' prototypes are `protos` (what the encoder's
+/// [`Encoder::take_protos`] gave with it); returns the number of values.
+pub fn decode_with<S: Sink>(
+    buf: &[u8],
+    protos: &[Arc<Proto>],
+    sink: &mut S,
+) -> Result<u32, Corrupt> {
+    let mut r = Reader::new(buf, 0);
+    r.protos = protos;
+    let count = r.u32()? & !HAS_FUNCTIONS;
+    if count as usize > r.left() {
+        return Err(Corrupt("value count larger than the message"));
+    }
+    sink.reserve(count)?;
+    for _ in 0..count {
+        decode_one(&mut r, sink, 0)?;
+    }
+    if r.left() != 0 {
+        return Err(Corrupt("trailing bytes after the last value"));
+    }
+    Ok(count)
+}
+
+fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result<(), Corrupt> {
+    match r.u8()? {
+        TAG_NIL => sink.nil(),
+        TAG_FALSE => sink.boolean(false),
+        TAG_TRUE => sink.boolean(true),
+        TAG_INT => sink.integer(i64::from_le_bytes(r.array()?)),
+        TAG_FLOAT => sink.float(f64::from_bits(u64::from_le_bytes(r.array()?))),
+        TAG_STR => {
+            let len = r.u32()? as usize;
+            let s = r.bytes(len)?;
+            sink.string(s)
+        }
+        TAG_LIGHT => sink.light_userdata(u64::from_le_bytes(r.array()?)),
+        TAG_REF => {
+            let offset = r.u32()?;
+            let n = r
+                .shared
+                .binary_search(&offset)
+                .map_err(|_| Corrupt("reference to no shared table"))?;
+            sink.reference(n as u32)
+        }
+        tag @ (TAG_TABLE | TAG_TABLE_SHARED) => {
+            let offset = (r.pos - 1) as u32;
+            if depth >= MAX_DEPTH {
+                return Err(Corrupt("tables nested too deeply"));
+            }
+            let narr = r.u32()?;
+            let nhash = r.u32()?;
+            // Every value takes at least one byte: refuse counts the message cannot hold before
+            // asking Lua to preallocate them.
+            let needed = narr as u64 + 2 * nhash as u64;
+            if needed > r.left() as u64 {
+                return Err(Corrupt("table larger than the message"));
+            }
+            sink.begin_table(narr, nhash)?;
+            if tag == TAG_TABLE_SHARED {
+                // offsets only grow, so the list stays sorted for `binary_search`
+                sink.share(r.shared.len() as u32)?;
+                r.shared.push(offset);
+            }
+            for i in 1..=narr {
+                decode_one(r, sink, depth + 1)?;
+                sink.set_index(i)?;
+            }
+            for _ in 0..nhash {
+                check_key(r)?;
+                decode_one(r, sink, depth + 1)?;
+                decode_one(r, sink, depth + 1)?;
+                sink.set_pair()?;
+            }
+            Ok(())
+        }
+        tag @ (TAG_FUNC | TAG_FUNC_SHARED) => {
+            let offset = (r.pos - 1) as u32;
+            if depth >= MAX_DEPTH {
+                return Err(Corrupt("functions nested too deeply"));
+            }
+            let index = r.u32()?;
+            let flags = r.u8()?;
+            let nups = r.u8()?;
+            // the prototype comes from the list beside the message, never from its bytes
+            let proto = r
+                .protos
+                .get(index as usize)
+                .ok_or(Corrupt("a function with no prototype beside the message"))?;
+            if nups as usize > r.left() {
+                return Err(Corrupt("function larger than the message"));
+            }
+            sink.begin_function(proto, flags)?;
+            if tag == TAG_FUNC_SHARED {
+                sink.share(r.shared.len() as u32)?;
+                r.shared.push(offset);
+            }
+            for n in 1..=nups {
+                match r.buf.get(r.pos) {
+                    Some(&TAG_ENV) => {
+                        r.pos += 1;
+                        sink.env_upvalue(n)?;
+                    }
+                    Some(&TAG_UPJOIN) => {
+                        r.pos += 1;
+                        let other = r.u32()?;
+                        let m = r.u8()?;
+                        let shared = r
+                            .shared
+                            .binary_search(&other)
+                            .map_err(|_| Corrupt("upvalue joined to no shared function"))?;
+                        sink.join_upvalue(n, shared as u32, m)?;
+                    }
+                    _ => {
+                        decode_one(r, sink, depth + 1)?;
+                        sink.set_upvalue(n)?;
+                    }
+                }
+            }
+            Ok(())
+        }
+        TAG_CFUNC => {
+            let len = r.u8()? as usize;
+            let name = r.bytes(len)?;
+            sink.c_function(name)
+        }
+        _ => Err(Corrupt("unknown tag")),
+    }
+}
+
+/// Refuses a table key Lua cannot store (nil, NaN) before it is decoded, so sinks need not
+/// inspect what they pushed.
+fn check_key(r: &Reader<'_>) -> Result<(), Corrupt> {
+    match r.buf.get(r.pos) {
+        Some(&TAG_NIL) => Err(Corrupt("nil or NaN table key")),
+        Some(&TAG_FLOAT) => {
+            let bits = r
+                .buf
+                .get(r.pos + 1..r.pos + 9)
+                .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                .ok_or(Corrupt("message ends early"))?;
+            if f64::from_bits(u64::from_le_bytes(bits)).is_nan() {
+                Err(Corrupt("nil or NaN table key"))
+            } else {
+                Ok(())
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    /// Offsets of the shared tables and functions decoded so far, ascending.
+    shared: Vec<u32>,
+    /// The prototypes the message's functions index.
+    protos: &'a [Arc<Proto>],
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a [u8], pos: usize) -> Reader<'a> {
+        Reader {
+            buf,
+            pos,
+            shared: Vec::new(),
+            protos: &[],
+        }
+    }
+
+    fn left(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
+        let end = self.pos.checked_add(n).ok_or(Corrupt("length overflow"))?;
+        let s = self
+            .buf
+            .get(self.pos..end)
+            .ok_or(Corrupt("message ends early"))?;
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
+        let s = self.bytes(N)?;
+        let mut a = [0u8; N];
+        a.copy_from_slice(s);
+        Ok(a)
+    }
+
+    fn u8(&mut self) -> Result<u8, Corrupt> {
+        let b = *self
+            .buf
+            .get(self.pos)
+            .ok_or(Corrupt("message ends early"))?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn u32(&mut self) -> Result<u32, Corrupt> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+}
+
+/// A [`Sink`] that pushes values onto a Lua stack.
+///
+/// Used inside a protected call on the child side; on the host it can only fail with "not enough
+/// memory" (see `lua.rs`). It holds no value with a destructor, so an out-of-memory error that
+/// jumps over it leaks nothing.
+/// A light userdata's address as a pointer of this machine (only a corrupt message has one that
+/// does not fit).
+fn light_address(address: u64) -> Result<usize, Corrupt> {
+    usize::try_from(address).map_err(|_| Corrupt("light userdata out of range"))
+}
+
+pub struct LuaSink<'c> {
+    st: State,
+    /// Stack slot just above the values, where the table of shared tables goes (made on the
+    /// first one).
+    shared_at: c_int,
+    has_shared: bool,
+    /// The state's loaded callees, if it keeps them (a child state).
+    cache: Option<&'c mut FnCache>,
+    /// The next function begun is the callee of `pool:invoke(fn, ...)`.
+    callee_next: bool,
+}
+
+impl<'c> LuaSink<'c> {
+    pub fn new(st: State) -> LuaSink<'c> {
+        LuaSink {
+            st,
+            shared_at: st.top() + 1,
+            has_shared: false,
+            cache: None,
+            callee_next: false,
+        }
+    }
+
+    /// Drops the table of shared tables once the message is decoded.
+    fn finish(&mut self) {
+        if self.has_shared {
+            self.st.remove(self.shared_at);
+            self.has_shared = false;
+        }
+    }
+}
+
+impl Sink for LuaSink<'_> {
+    fn reserve(&mut self, n: u32) -> Result<(), Corrupt> {
+        if self.st.check_stack((n as c_int).saturating_add(2)) {
+            Ok(())
+        } else {
+            Err(Corrupt("Lua stack overflow"))
+        }
+    }
+    fn nil(&mut self) -> Result<(), Corrupt> {
+        self.st.push_nil();
+        Ok(())
+    }
+    fn boolean(&mut self, b: bool) -> Result<(), Corrupt> {
+        self.st.push_bool(b);
+        Ok(())
+    }
+    fn integer(&mut self, i: i64) -> Result<(), Corrupt> {
+        self.st.push_integer(i);
+        Ok(())
+    }
+    fn float(&mut self, f: f64) -> Result<(), Corrupt> {
+        self.st.push_number(f);
+        Ok(())
+    }
+    fn string(&mut self, s: &[u8]) -> Result<(), Corrupt> {
+        self.st.push_bytes(s);
+        Ok(())
+    }
+    /// Pushes the pointer back. An address that does not fit this machine's pointers (only a
+    /// corrupt message has one) is refused.
+    fn light_userdata(&mut self, address: u64) -> Result<(), Corrupt> {
+        self.st
+            .push_light_userdata(light_address(address)? as *mut c_void);
+        Ok(())
+    }
+    /// Pushes the new table; its elements need a key and a value slot above it, and a nested
+    /// table's own check covers the levels below.
+    fn begin_table(&mut self, narr: u32, nhash: u32) -> Result<(), Corrupt> {
+        if !self.st.check_stack(3) {
+            return Err(Corrupt("Lua stack overflow"));
+        }
+        let clamp = |n: u32| n.min(1 << 26) as c_int;
+        self.st.create_table(clamp(narr), clamp(nhash));
+        Ok(())
+    }
+    fn set_index(&mut self, i: u32) -> Result<(), Corrupt> {
+        self.st.raw_seti(-2, i as i64);
+        Ok(())
+    }
+    /// The decoder has refused nil and NaN keys (`check_key`).
+    fn set_pair(&mut self) -> Result<(), Corrupt> {
+        self.st.raw_set(-3);
+        Ok(())
+    }
+    /// `begin_table` left room for the two slots this uses.
+    fn share(&mut self, n: u32) -> Result<(), Corrupt> {
+        if !self.has_shared {
+            self.st.create_table(0, 0);
+            self.st.insert(self.shared_at);
+            self.has_shared = true;
+        }
+        self.st.push_value(-1);
+        self.st.raw_seti(self.shared_at, n as i64 + 1);
+        Ok(())
+    }
+    fn reference(&mut self, n: u32) -> Result<(), Corrupt> {
+        if !self.st.check_stack(1) {
+            return Err(Corrupt("Lua stack overflow"));
+        }
+        self.st.raw_geti(self.shared_at, n as i64 + 1);
+        Ok(())
+    }
+    /// The callee, and a function with nothing but `_ENV` to set, come from the state's cache
+    /// (loaded once per state); any other function is a new instance, so that upvalues one
+    /// message sets are never those of a function the state kept from an earlier one.
+    fn begin_function(&mut self, proto: &Arc<Proto>, flags: u8) -> Result<(), Corrupt> {
+        if !self.st.check_stack(6) {
+            return Err(Corrupt("Lua stack overflow"));
+        }
+        let callee = std::mem::replace(&mut self.callee_next, false);
+        match &mut self.cache {
+            Some(cache) if flags & JOINED == 0 && (callee || flags & PURE != 0) => {
+                cache.push(self.st, proto)
+            }
+            _ => func::push_fresh(self.st, proto),
+        }
+    }
+    fn set_upvalue(&mut self, n: u8) -> Result<(), Corrupt> {
+        if self.st.set_upvalue(-2, n as c_int) {
+            Ok(())
+        } else {
+            self.st.pop(1);
+            Err(Corrupt("upvalue out of range"))
+        }
+    }
+    fn env_upvalue(&mut self, n: u8) -> Result<(), Corrupt> {
+        self.st.push_globals();
+        self.set_upvalue(n)
+    }
+    fn join_upvalue(&mut self, n: u8, shared: u32, m: u8) -> Result<(), Corrupt> {
+        self.st.raw_geti(self.shared_at, shared as i64 + 1);
+        let joined = func::upvalue_join(self.st, -2, n as c_int, -1, m as c_int);
+        self.st.pop(1);
+        if joined {
+            Ok(())
+        } else {
+            Err(Corrupt("upvalue joined to no such upvalue"))
+        }
+    }
+    fn c_function(&mut self, name: &[u8]) -> Result<(), Corrupt> {
+        if !self.st.check_stack(4) {
+            return Err(Corrupt("Lua stack overflow"));
+        }
+        func::push_c_function(self.st, name)
+    }
+}
+
+/// Decodes a message onto the Lua stack; returns the number of values pushed. On error the stack
+/// is restored.
+pub fn push_values(st: State, buf: &[u8]) -> Result<c_int, Corrupt> {
+    push_message(st, buf, &[], None, false)
+}
+
+/// Decodes a message whose functions' prototypes are `protos` onto the Lua stack; `cache` is the
+/// state's function cache, if it keeps one, and `callee` says the first value is the function to
+/// call (served from that cache). Returns the number of values pushed; on error the stack is
+/// restored.
+pub fn push_message(
+    st: State,
+    buf: &[u8],
+    protos: &[Arc<Proto>],
+    cache: Option<&mut FnCache>,
+    callee: bool,
+) -> Result<c_int, Corrupt> {
+    let top = st.top();
+    let mut sink = LuaSink::new(st);
+    sink.cache = cache;
+    sink.callee_next = callee;
+    match decode_with(buf, protos, &mut sink) {
+        Ok(n) => {
+            sink.finish();
+            Ok(n as c_int)
+        }
+        Err(e) => {
+            st.set_top(top);
+            Err(e)
+        }
+    }
+}
+
+/// Pushes a message of at most `max` values that are all nil, booleans, numbers or light
+/// userdata, and returns how many; pushes nothing and returns `None` for any other message
+/// (strings, tables, more values, or bytes that do not parse). Pushing such values allocates
+/// nothing, so it cannot raise: the host pushes them without a protected call, which cost a
+/// fifth of the host's instructions per future (bench/results/2026-12-01-futures-host-path.md).
+/// The caller must have `max` free stack slots without asking Lua for them (asking may grow the
+/// stack, which allocates).
+pub fn push_scalars(st: State, buf: &[u8], max: usize) -> Option<c_int> {
+    // the whole message through the decoder first: one that does not qualify leaves the stack as
+    // it was
+    let count = decode_values(buf, &mut ScalarCheck { max }).ok()?;
+    let mut r = Reader::new(buf, 4);
+    let mut sink = LuaSink::new(st);
+    for _ in 0..count {
+        // checked above: every value parses and is a scalar (no `reserve`: it may grow the stack)
+        let _ = decode_one(&mut r, &mut sink, 0);
+    }
+    Some(count as c_int)
+}
+
+/// Stores nothing; refuses more than `max` values and every value whose push allocates (strings
+/// and tables), so that [`push_scalars`] knows before pushing anything.
+struct ScalarCheck {
+    max: usize,
+}
+
+const NOT_SCALARS: Corrupt = Corrupt("not scalars only");
+
+impl Sink for ScalarCheck {
+    fn reserve(&mut self, n: u32) -> Result<(), Corrupt> {
+        if n as usize > self.max {
+            return Err(NOT_SCALARS);
+        }
+        Ok(())
+    }
+    fn nil(&mut self) -> Result<(), Corrupt> {
+        Ok(())
+    }
+    fn boolean(&mut self, _: bool) -> Result<(), Corrupt> {
+        Ok(())
+    }
+    fn integer(&mut self, _: i64) -> Result<(), Corrupt> {
+        Ok(())
+    }
+    fn float(&mut self, _: f64) -> Result<(), Corrupt> {
+        Ok(())
+    }
+    fn string(&mut self, _: &[u8]) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
+    fn light_userdata(&mut self, address: u64) -> Result<(), Corrupt> {
+        light_address(address).map(drop)
+    }
+    fn begin_table(&mut self, _: u32, _: u32) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
+    fn set_index(&mut self, _: u32) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
+    fn set_pair(&mut self) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
+    fn reference(&mut self, _: u32) -> Result<(), Corrupt> {
+        Err(NOT_SCALARS)
+    }
+}
