@@ -18,6 +18,13 @@ cd "$(dirname "$0")/.."
 runtimes=${*:-"lua5.1 lua5.2 lua5.3 lua5.4 lua5.5 luajit"}
 echo "== cargo test"
 cargo test --quiet --locked
+# the Rust tests again on Lua 5.5, built in (mlua's vendored build of lua-src's sources)
+case " $runtimes " in
+  *" lua5.5 "*)
+    echo "== cargo test on Lua 5.5"
+    cargo test --quiet --locked --no-default-features --features lua55,mlua/vendored --target-dir target/test-lua55
+    ;;
+esac
 # the bookkeeping's thread-safety under ThreadSanitizer (TSAN=0 skips)
 if [ "${TSAN:-1}" != 0 ]; then scripts/tsan.sh; fi
 # bounded fuzzing of the value decoder and chunk loading (FUZZ_SECONDS per target, 0 skips)

@@ -204,7 +204,7 @@ fn random_values(r: &mut Rng) -> Vec<Value> {
 /// What Lua gives back for `v` on this runtime: without an integer subtype (5.1, 5.2, LuaJIT)
 /// every number is a float.
 fn as_lua_sees_it(v: &Value) -> Value {
-    if cfg!(any(feature = "lua53", feature = "lua54")) {
+    if cfg!(any(feature = "lua53", feature = "lua54", feature = "lua55")) {
         return v.clone();
     }
     match v {
