@@ -92,7 +92,7 @@ describe("pool:stats() latency figures", function()
     -- the second call waited at least from its submission (before `after`) to the first call's
     -- end, and at most from `before` to its own start
     local low, high = first_end - after, second_start - before
-    assert.is_true(low > 0.05, "the first call ran " .. low)
+    -- (low is about 0.1 s unless the host stalled between the submissions; the bounds hold anyway)
     assert.is_true(wait.max >= at_least(low), "wait.max " .. wait.max .. " < " .. low)
     assert.is_true(wait.max <= at_most(high), "wait.max " .. wait.max .. " > " .. high)
     assert.are.equal(wait.max, wait.p999)
