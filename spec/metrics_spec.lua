@@ -282,8 +282,9 @@ describe("vmpool.metrics()", function()
     assert.are.equal("histogram", type_of("vmpool_call_run_seconds"))
     assert.are.equal("counter", type_of("vmpool_calls"))
     assert.are.equal("gauge", type_of("vmpool_states"))
-    -- the five 1 ms naps ran at least 1 ms: none at or below 1 ms, all six below 2.8 hours
-    assert.are.equal(1, v("vmpool_call_run_seconds_bucket", { le = "0.001" }))
+    -- the five 1 ms naps ran at least 1 ms: none counts at or below 1 ms (the failed call may,
+    -- unless it was preempted), all six below 2.8 hours
+    assert.is_true(v("vmpool_call_run_seconds_bucket", { le = "0.001" }) <= 1)
     assert.are.equal(6, v("vmpool_call_run_seconds_bucket", { le = "10000" }))
     assert.is_true(math.abs(v("vmpool_call_run_seconds_sum") - s.run.sum) < 1e-6)
     assert.are.equal(4096, P.value(samples, "vmpool_shared_dict_capacity_bytes", { dict = "metrics-spec" }))
