@@ -92,7 +92,7 @@ describe("pool:stats() latency figures", function()
     -- the second call waited at least from its submission (before `after`) to the first call's
     -- end, and at most from `before` to its own start
     local low, high = first_end - after, second_start - before
-    assert.is_true(low > 0.05, "the first call ran " .. low)
+    -- (low is about 0.1 s unless the host stalled between the submissions; the bounds hold anyway)
     assert.is_true(wait.max >= at_least(low), "wait.max " .. wait.max .. " < " .. low)
     assert.is_true(wait.max <= at_most(high), "wait.max " .. wait.max .. " > " .. high)
     assert.are.equal(wait.max, wait.p999)
@@ -282,8 +282,9 @@ describe("vmpool.metrics()", function()
     assert.are.equal("histogram", type_of("vmpool_call_run_seconds"))
     assert.are.equal("counter", type_of("vmpool_calls"))
     assert.are.equal("gauge", type_of("vmpool_states"))
-    -- the five 1 ms naps ran at least 1 ms: none at or below 1 ms, all six below 2.8 hours
-    assert.are.equal(1, v("vmpool_call_run_seconds_bucket", { le = "0.001" }))
+    -- the five 1 ms naps ran at least 1 ms: none counts at or below 1 ms (the failed call may,
+    -- unless it was preempted), all six below 2.8 hours
+    assert.is_true(v("vmpool_call_run_seconds_bucket", { le = "0.001" }) <= 1)
     assert.are.equal(6, v("vmpool_call_run_seconds_bucket", { le = "10000" }))
     assert.is_true(math.abs(v("vmpool_call_run_seconds_sum") - s.run.sum) < 1e-6)
     assert.are.equal(8192, P.value(samples, "vmpool_shared_dict_capacity_bytes", { dict = "metrics-spec" }))

@@ -140,13 +140,7 @@ fn function_cache_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(fn clock => clock_impl);
 /// `vmpool.clock()`: seconds on a monotonic clock (for timing; plain Lua has only `os.time`).
 fn clock_impl(st: State) -> Result<c_int, Error> {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    st.push_number(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9);
+    st.push_number(crate::clock::monotonic_ns() as f64 * 1e-9);
     Ok(1)
 }
 
