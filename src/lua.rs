@@ -553,28 +553,16 @@ impl State {
     /// Dumps the Lua function on top of the stack to bytecode (debug info kept, so child
     /// tracebacks name the chunk and line).
     pub fn dump(self) -> Option<Vec<u8>> {
-        unsafe extern "C-unwind" fn writer(
-            _l: *mut lua_State,
-            p: *const c_void,
-            sz: usize,
-            ud: *mut c_void,
-        ) -> c_int {
-            // Lua 5.5 ends the dump with a call that passes no block (NULL, 0)
-            if p.is_null() || sz == 0 {
-                return 0;
-            }
-            // SAFETY: `ud` is the `Vec` passed below, alive for the whole `lua_dump` call; Lua hands
-            // `sz` readable bytes at `p` (not null: checked above).
-            unsafe {
-                let out = &mut *(ud as *mut Vec<u8>);
-                out.extend_from_slice(std::slice::from_raw_parts(p as *const u8, sz));
-            }
-            0
-        }
         let mut out: Vec<u8> = Vec::new();
         // SAFETY: a function is on top (caller's contract); the writer only appends to `out`.
-        let rc =
-            unsafe { ffi::lua_dump(self.0, writer, &mut out as *mut Vec<u8> as *mut c_void, 0) };
+        let rc = unsafe {
+            ffi::lua_dump(
+                self.0,
+                append_writer,
+                &mut out as *mut Vec<u8> as *mut c_void,
+                0,
+            )
+        };
         (rc == 0 && !out.is_empty()).then_some(out)
     }
 
@@ -752,4 +740,26 @@ pub fn run_protected(state: State, f: fn(State) -> Result<c_int, crate::Error>) 
     drop(msg);
     // SAFETY: every Rust value of this frame has been dropped; the caller frame is Lua's.
     unsafe { state.error() }
+}
+
+/// The `lua_Writer` of every dump: appends each block to the `Vec<u8>` that `ud` points to.
+///
+/// # Safety
+/// `ud` is a live `Vec<u8>` used by nobody else during the `lua_dump` call.
+pub unsafe extern "C-unwind" fn append_writer(
+    _l: *mut lua_State,
+    p: *const c_void,
+    sz: usize,
+    ud: *mut c_void,
+) -> c_int {
+    // Lua 5.5 ends the dump with a call that passes no block (NULL, 0)
+    if p.is_null() || sz == 0 {
+        return 0;
+    }
+    // SAFETY: `ud` is a live `Vec` (contract); Lua hands `sz` readable bytes at `p` (not null:
+    // checked above).
+    unsafe {
+        (*(ud as *mut Vec<u8>)).extend_from_slice(std::slice::from_raw_parts(p as *const u8, sz))
+    };
+    0
 }

@@ -209,7 +209,7 @@ unsafe extern "C-unwind" fn dump_fn(l: *mut ffi::lua_State) -> isize {
     unsafe { (*buf).clear() };
     st.push_value(1);
     // SAFETY: a Lua function is on top; the writer appends to the thread's buffer.
-    let rc = unsafe { ffi::lua_dump(l, dump_writer, buf as *mut c_void, 0) };
+    let rc = unsafe { ffi::lua_dump(l, crate::lua::append_writer, buf as *mut c_void, 0) };
     st.pop(1);
     // SAFETY: as above; from here on nothing calls Lua until the pointer is stored.
     let bytes = unsafe { &mut *buf };
@@ -234,19 +234,6 @@ unsafe extern "C-unwind" fn dump_fn(l: *mut ffi::lua_State) -> isize {
     // SAFETY: the userdata's cell; it now owns one strong count, dropped by `proto_gc`.
     unsafe { cell.write(Arc::into_raw(Arc::new(proto))) };
     1
-}
-
-unsafe extern "C-unwind" fn dump_writer(
-    _l: *mut ffi::lua_State,
-    p: *const c_void,
-    sz: usize,
-    ud: *mut c_void,
-) -> c_int {
-    // SAFETY: `ud` is the thread's dump buffer (see `dump_fn`); Lua hands `sz` readable bytes.
-    unsafe {
-        (*(ud as *mut Vec<u8>)).extend_from_slice(std::slice::from_raw_parts(p as *const u8, sz))
-    };
-    0
 }
 
 /// `__gc` of a `Proto` userdata: drops its strong count.
