@@ -13,6 +13,8 @@
 --   cqueues    the same under vmpool.cqueues (cq:wrap, cq:loop())
 --   dict_get   dict:get(key) of a short string over 1,000 keys of a vmpool.shared dictionary
 --   dict_set   dict:set(key, value) of a short string over the same keys
+--   dict_evict dict:set(key, value) of a new key each time in a full 64 KiB dictionary of 16
+--              shards: each set evicts the least recently used entry
 --
 -- Usage: lua bench/cg.lua --kind=invoke --n=2000
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
@@ -138,6 +140,19 @@ elseif kind == "dict_get" or kind == "dict_set" then
       for i = 1, count do
         if not dict:set(keys[i % 1000 + 1], values[(i + 7) % 1000 + 1]) then error("wrong result") end
       end
+    end
+  end
+elseif kind == "dict_evict" then
+  local dict = vmpool.shared("cg_evict", { capacity = "64k" })
+  local keys = {}
+  for i = 1, 14200 do keys[i] = "key-" .. i end -- as many for every --n (up to 12,000)
+  local value = ("v"):rep(40)
+  for i = 1, 2000 do dict:set(keys[i], value) end -- full: the later sets evict
+  local next_key = 2000
+  run = function(count)
+    for _ = 1, count do
+      next_key = next_key + 1
+      if not dict:set(keys[next_key], value) then error("wrong result") end
     end
   end
 else

@@ -100,6 +100,12 @@ describe("vmpool.shared", function()
       assert.matches("must be an integer from 1 to 256 %(got \"4\"%)$", err_of(vmpool.shared, "x9", { shards = "4" }))
     end)
 
+    it("refuses a capacity whose page count the system has no memory for, with a vmpool: error", function()
+      assert.matches("^vmpool: not enough memory while creating shared dictionary 'spec%-huge' of capacity",
+        err_of(vmpool.shared, "spec-huge", { capacity = "1000000000g" }))
+      assert.is_true(vmpool.shared("spec-huge", { capacity = "1m" }):set("k", 1))
+    end)
+
     it("prints its name, capacity and free space", function()
       -- 16 KiB as nginx lays it out: three pages, two of them taken by the zone's own blocks
       assert.matches("^vmpool.shared 'spec%-print' %(capacity 16384, free 4096%)$",

@@ -126,34 +126,37 @@ pub struct Dict {
 
 impl Dict {
     /// A dictionary of `capacity` bytes in `shards` shards (at least 1), as nginx's zone of that
-    /// size called by a name of 4 bytes.
+    /// size called by a name of 4 bytes. Panics if the system refuses the memory of its page
+    /// table ([`Dict::named`] says so instead).
     pub fn new(capacity: usize, shards: usize) -> Dict {
-        Dict::named(capacity, shards, 4)
+        Dict::named(capacity, shards, 4).expect("memory for a dictionary's page table")
     }
 
     /// A dictionary as nginx's zone of `capacity` bytes called by a name of `name_len` bytes
-    /// (lua-nginx-module keeps the name in the zone: see `slab.rs`).
-    pub fn named(capacity: usize, shards: usize, name_len: usize) -> Dict {
+    /// (lua-nginx-module keeps the name in the zone: see `slab.rs`); `None` if the system refuses
+    /// the memory of its page table (22 bytes a 4 KiB page).
+    pub fn named(capacity: usize, shards: usize, name_len: usize) -> Option<Dict> {
         let shards = shards.max(1);
         // a quarter of the capacity at most goes to the read caches (128 bytes a slot)
         Dict::with_slots(capacity, shards, name_len, capacity / 4 / 128 / shards)
     }
 
     /// [`Dict::named`] with `slots` read cache slots a shard.
-    fn with_slots(capacity: usize, shards: usize, name_len: usize, slots: usize) -> Dict {
+    fn with_slots(capacity: usize, shards: usize, name_len: usize, slots: usize) -> Option<Dict> {
+        let slab = Slab::new(capacity, name_len)?;
         let expiring = Arc::new(AtomicUsize::new(0));
-        Dict {
+        Some(Dict {
             shards: (0..shards)
                 .map(|_| Shard::new(slots, expiring.clone()))
                 .collect(),
             expiring,
             hasher: RandomState::default(),
             capacity,
-            slab: Mutex::new(Slab::new(capacity, name_len)),
+            slab: Mutex::new(slab),
             ticks: AtomicU64::new(0),
             skew: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
-        }
+        })
     }
 
     pub fn capacity(&self) -> usize {

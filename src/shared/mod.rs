@@ -108,9 +108,14 @@ pub fn open(name: &str, opts: Options) -> Result<Arc<Named>, Error> {
         }
         return Ok(d.clone());
     }
+    let dict = Dict::named(capacity, shards, name.len()).ok_or_else(|| Error::NoMemory {
+        doing: format!(
+            "creating shared dictionary '{name}' of capacity {capacity} (its page count takes 22 bytes per 4 KiB page)"
+        ),
+    })?;
     let d = Arc::new(Named {
         name: name.to_string(),
-        dict: Dict::named(capacity, shards, name.len()),
+        dict,
         generation,
         pid: crate::sys::pid(),
     });

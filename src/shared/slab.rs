@@ -96,6 +96,15 @@ pub struct Slab {
     free: usize,
 }
 
+/// `n` values made by `f` from their index, or `None` if the system refuses the memory (a page
+/// table is as large as the capacity asks: an infallible allocation would abort the process).
+fn filled<T>(n: usize, f: impl Fn(usize) -> T) -> Option<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).ok()?;
+    v.extend((0..n).map(f));
+    Some(v)
+}
+
 /// Pages a zone of `capacity` bytes has (`ngx_slab_init`).
 pub fn pages_in(capacity: usize) -> usize {
     let Some(room) = capacity.checked_sub(HEADER) else {
@@ -109,16 +118,17 @@ pub fn pages_in(capacity: usize) -> usize {
 impl Slab {
     /// The pool of a zone of `capacity` bytes, with the blocks lua-nginx-module takes for a zone
     /// called by a name of `name_len` bytes taken (a zone too small for them keeps what is left:
-    /// nginx would refuse to start).
-    pub fn new(capacity: usize, name_len: usize) -> Slab {
+    /// nginx would refuse to start). `None` if the system refuses the memory for the page table
+    /// (22 bytes a page).
+    pub fn new(capacity: usize, name_len: usize) -> Option<Slab> {
         let n = pages_in(capacity);
         let links = n + 1 + CLASSES;
         let mut s = Slab {
-            state: vec![State::Free; n],
-            len: vec![0; n],
-            head: vec![0; n],
-            next: (0..links as u32).collect(),
-            prev: (0..links as u32).collect(),
+            state: filled(n, |_| State::Free)?,
+            len: filled(n, |_| 0)?,
+            head: filled(n, |_| 0)?,
+            next: filled(links, |i| i as u32)?,
+            prev: filled(links, |i| i as u32)?,
             free: n,
         };
         if n > 0 {
@@ -126,7 +136,7 @@ impl Slab {
         }
         s.alloc(SHCTX);
         s.alloc(LOG_CTX + name_len);
-        s
+        Some(s)
     }
 
     /// Whole pages free (`ngx_http_lua_ffi_shdict_free_space` counts these).
@@ -288,7 +298,7 @@ mod tests {
     // `fill`): free_space() of an empty zone, entries stored before the first eviction
 
     fn fill(capacity: usize, name_len: usize, size: usize) -> usize {
-        let mut s = Slab::new(capacity, name_len);
+        let mut s = Slab::new(capacity, name_len).unwrap();
         let mut n = 0;
         while s.alloc(size).is_some() {
             n += 1;
@@ -302,10 +312,10 @@ mod tests {
         assert_eq!(pages_in(100 << 10), 24);
         assert_eq!(pages_in(1 << 20), 254);
         assert_eq!(pages_in(1000), 0);
-        assert_eq!(Slab::new(100 << 10, 9).free_pages(), 22);
+        assert_eq!(Slab::new(100 << 10, 9).unwrap().free_pages(), 22);
         // a name long enough puts the log context in the header's class: one page more
-        assert_eq!(Slab::new(100 << 10, 37).free_pages(), 23);
-        assert_eq!(Slab::new(1 << 20, 7).free_pages(), 252);
+        assert_eq!(Slab::new(100 << 10, 37).unwrap().free_pages(), 23);
+        assert_eq!(Slab::new(1 << 20, 7).unwrap().free_pages(), 252);
     }
 
     #[test]
@@ -323,7 +333,7 @@ mod tests {
 
     #[test]
     fn freed_pages_join_their_neighbours() {
-        let mut s = Slab::new(100 << 10, 9);
+        let mut s = Slab::new(100 << 10, 9).unwrap();
         let blocks: Vec<_> = (0..22).map(|_| s.alloc(PAGE).unwrap()).collect();
         assert_eq!(s.free_pages(), 0);
         // two separate free pages cannot hold a block of two pages; joined they can
@@ -340,7 +350,7 @@ mod tests {
 
     #[test]
     fn a_page_of_objects_is_free_again_when_its_last_object_is() {
-        let mut s = Slab::new(100 << 10, 9);
+        let mut s = Slab::new(100 << 10, 9).unwrap();
         let before = s.free_pages();
         let a: Vec<_> = (0..17).map(|_| s.alloc(200).unwrap()).collect();
         assert_eq!(before - s.free_pages(), 2);

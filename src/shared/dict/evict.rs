@@ -103,11 +103,25 @@ impl Dict {
     /// `ngx_http_lua_shdict_expire(ctx, 0)` over the shards: removes the least recently used
     /// entry, then up to two more while the least recently used has expired; how many it removed.
     pub(super) fn evict(&self, held: &mut Held, now: &Now) -> usize {
-        let mut freed = 0;
-        while freed < 3 && self.remove_oldest(held, freed > 0, now) {
+        if !self.remove_oldest(held, false, now) {
+            return 0;
+        }
+        let mut freed = 1;
+        // the next two only if expired: none can be while no shard has a TTL at its end
+        while freed < 3 && self.may_expire(held) && self.remove_oldest(held, true, now) {
             freed += 1;
         }
         freed
+    }
+
+    /// Whether some shard's oldest entry has a TTL (the held one's looked at directly: its
+    /// count is updated when it is released): if none has, nothing is expired at the end of the
+    /// order.
+    fn may_expire(&self, held: &Held) -> bool {
+        self.expiring.load(Ordering::Relaxed) != 0
+            || held
+                .as_ref()
+                .is_some_and(|(_, m)| m.peek_lru().is_some_and(|(_, e)| e.expires != 0))
     }
 
     /// Removes the dictionary's least recently used entry (only if it expired, with
@@ -119,22 +133,26 @@ impl Dict {
         let mut spared = 0;
         loop {
             let spare = spared < MAX_SPARED;
-            let mut oldest: Option<(u64, usize)> = None;
+            // the oldest stamp: the others' from their atomics (u64::MAX: empty), the held
+            // shard's from its map (its atomic is updated when it is released)
+            let held_at = held.as_ref().map_or(usize::MAX, |(h, _)| *h);
+            let (mut best, mut at) = (u64::MAX, usize::MAX);
             for (i, shard) in self.shards.iter().enumerate() {
-                if passed[i / 64] & (1 << (i % 64)) != 0 {
-                    continue;
-                }
-                let stamp = match held {
-                    Some((h, map)) if *h == i => map.peek_lru().map_or(u64::MAX, |(_, e)| e.stamp),
-                    _ => shard.tail_stamp.load(Ordering::Relaxed),
-                };
-                if stamp != u64::MAX && oldest.is_none_or(|(s, _)| stamp < s) {
-                    oldest = Some((stamp, i));
+                let stamp = shard.tail_stamp.load(Ordering::Relaxed);
+                if stamp < best && i != held_at && passed[i / 64] & (1 << (i % 64)) == 0 {
+                    (best, at) = (stamp, i);
                 }
             }
-            let Some((_, i)) = oldest else {
+            if let Some((h, map)) = held {
+                let own = map.peek_lru().map_or(u64::MAX, |(_, e)| e.stamp);
+                if own < best && passed[*h / 64] & (1 << (*h % 64)) == 0 {
+                    (best, at) = (own, *h);
+                }
+            }
+            if best == u64::MAX {
                 return false;
-            };
+            }
+            let i = at;
             let is_held = matches!(held, Some((h, _)) if *h == i);
             if expired_only && !is_held {
                 // as of the shard's last release its oldest entry has not expired: no lock
@@ -180,7 +198,8 @@ impl Dict {
         let Some((k, e)) = map.peek_lru() else {
             return Tail::Empty;
         };
-        let hit = cache.take_referenced(self.hasher.hash_one(k), k);
+        let hash = self.hasher.hash_one(k);
+        let hit = cache.take_referenced(hash, k);
         if (e.referenced.swap(false, Ordering::Relaxed) | hit) && spare {
             if let Some((k, e)) = map.pop_lru() {
                 self.insert(map, k, e);
@@ -193,7 +212,7 @@ impl Dict {
         let Some((k, e)) = map.pop_lru() else {
             return Tail::Empty;
         };
-        cache.forget(self.hasher.hash_one(&k), &k);
+        cache.forget(hash, &k);
         self.release(&e);
         Tail::Removed
     }
@@ -221,10 +240,7 @@ impl Dict {
     /// expired entries do not pile up). Costs one load when no shard has an entry with a TTL at
     /// its end (the held one is looked at directly: its count is updated when it is released).
     pub(super) fn expire_oldest(&self, held: &mut Held, now: &Now) {
-        let held_ttl = held
-            .as_ref()
-            .is_some_and(|(_, m)| m.peek_lru().is_some_and(|(_, e)| e.expires != 0));
-        if !held_ttl && self.expiring.load(Ordering::Relaxed) == 0 {
+        if !self.may_expire(held) {
             return;
         }
         for _ in 0..2 {

@@ -368,7 +368,7 @@ fn value(v: &str, flags: u32, stale: bool) -> Got {
 #[test]
 fn a_string_set_at_home_is_what_every_later_read_and_write_of_the_key_sees() {
     // one shard of 8 read cache slots: the other keys below soon take `k`'s slot
-    let d = Dict::with_slots(1 << 20, 1, 4, 8);
+    let d = Dict::with_slots(1 << 20, 1, 4, 8).unwrap();
     set_str(&d, b"k", b"aaaa", 1);
     assert_eq!(entry_home(&d, b"k"), (true, b"aaaa".to_vec()));
     set_str(&d, b"k", b"bbbb", 2);
