@@ -227,6 +227,17 @@ describe("functions crossing between states", function()
     assert.are.equal("a", res.list[1]())
   end)
 
+  it("carries functions in map items and results", function()
+    local base = 100
+    local items = { function() return 1 end, function() return base end }
+    local r = pool:map(function(f) local v = f() return function() return v + 1 end end, items)
+    assert.are.equal(2, r[1]())
+    assert.are.equal(101, r[2]())
+    local named = pool:map("c", "call", { function() return "x" end, math.random })
+    assert.are.equal("x", named[1])
+    assert.are.equal("number", type(named[2]))
+  end)
+
   it("keeps shared and cyclic tables and functions in shape both ways", function()
     local shared = { 1 }
     local cyclic = { name = "c" }

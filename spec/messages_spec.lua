@@ -54,8 +54,8 @@ cases.BadArgument = function()
   assert.matches("^vmpool: option 'core' to vmpool.new must be a non%-negative integer %(got string%)$",
     err_of(vmpool.new, { core = "1" }))
   with_pool({ core = 1 }, nil, function(pool)
-    assert.matches("^vmpool: bad argument #1 to 'invoke': expected a chunk name %(string%), got no value$",
-      err_of(pool.invoke, pool))
+    assert.matches("^vmpool: bad argument #1 to 'invoke': expected a chunk name %(string%) or a function, got "
+      .. "no value$", err_of(pool.invoke, pool))
   end)
 end
 

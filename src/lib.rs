@@ -8,7 +8,8 @@
 //!
 //! - [`host`]: what Lua sees. `luaopen_vmpool` registers the pool, future and notifier types;
 //!   `pool:invoke` reads its arguments straight off the Lua stack ([`lua`] is the thin layer over
-//!   the C API) and encodes them with [`value`]. The schedulers' Lua halves live in `src/lua/`:
+//!   the C API) and encodes them with [`value`] (functions too: their bytecode travels beside the
+//!   message as prototypes this process dumped, and each state keeps what it loaded by content). The schedulers' Lua halves live in `src/lua/`:
 //!   `vmpool.run`, and the adapters `vmpool.ngx` (OpenResty), `vmpool.luv` and `vmpool.cqueues`
 //!   (`luaopen_vmpool_luv` / `luaopen_vmpool_cqueues` are their entry points in the library).
 //! - [`call`]: one call's record and the phases it moves through (queued, assigned, running,

@@ -154,7 +154,13 @@ impl PoolHandle {
             if st.type_of(base) == crate::lua::TFUNCTION {
                 return self.prepare_function(st, base, cache);
             }
-            return Err(bad_arg(st, base, 1, method, "a chunk name (string)"));
+            return Err(bad_arg(
+                st,
+                base,
+                1,
+                method,
+                "a chunk name (string) or a function",
+            ));
         };
         let func = st
             .to_bytes(base + 1)

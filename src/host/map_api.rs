@@ -143,7 +143,13 @@ fn start(
         return Ok((run, base + 1));
     }
     if st.type_of(base) != TSTRING {
-        return Err(bad_arg(st, base, 1, method, "a chunk name (string)"));
+        return Err(bad_arg(
+            st,
+            base,
+            1,
+            method,
+            "a chunk name (string) or a function",
+        ));
     }
     if st.type_of(base + 1) != TSTRING {
         return Err(bad_arg(st, base + 1, 2, method, "a function name (string)"));

@@ -374,6 +374,8 @@ impl Sink for LuaSink<'_> {
         }
     }
     fn c_function(&mut self, name: &[u8]) -> Result<(), Corrupt> {
+        // a C function callee: the functions among its arguments are values
+        self.callee_next = false;
         if !self.st.check_stack(4) {
             return Err(Corrupt("Lua stack overflow"));
         }

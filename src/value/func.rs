@@ -431,24 +431,21 @@ pub fn push_fresh(st: State, proto: &Proto) -> Result<(), Corrupt> {
 }
 
 /// A state's loaded callees, by content. The functions themselves live in the state (`T_LOADED`,
-/// by slot); this holds which prototype each slot has.
+/// by slot); this holds which prototype each slot has. Made on the first callee: the map takes
+/// about 9 KB, which a pool of named chunks only (or of 1,000 resident states) should not pay.
+#[derive(Default)]
 pub struct FnCache {
-    lru: lru::LruCache<u64, (Arc<Proto>, i64)>,
-}
-
-impl Default for FnCache {
-    fn default() -> FnCache {
-        FnCache {
-            lru: lru::LruCache::new(NonZeroUsize::new(CACHED_FUNCTIONS).expect("non-zero")),
-        }
-    }
+    lru: Option<lru::LruCache<u64, (Arc<Proto>, i64)>>,
 }
 
 impl FnCache {
     /// Pushes the state's instance of `proto`, loading it on a miss (evicting the least recently
     /// used past [`CACHED_FUNCTIONS`]). Needs 3 free stack slots.
     pub fn push(&mut self, st: State, proto: &Arc<Proto>) -> Result<(), Corrupt> {
-        if let Some((p, slot)) = self.lru.get(&proto.hash) {
+        let lru = self.lru.get_or_insert_with(|| {
+            lru::LruCache::new(NonZeroUsize::new(CACHED_FUNCTIONS).expect("non-zero"))
+        });
+        if let Some((p, slot)) = lru.get(&proto.hash) {
             if Arc::ptr_eq(p, proto) || p.bytes == proto.bytes {
                 let slot = *slot;
                 HITS.fetch_add(1, Ordering::Relaxed);
@@ -476,17 +473,17 @@ impl FnCache {
         push_fresh(st, proto).inspect_err(|_| st.pop(1))?; // [loaded, f]
                                                            // the slot of the entry evicted, or the next one; storing into an existing key of the
                                                            // table allocates nothing, a new key may (and raises before the cache changes)
-        let slot = match self.lru.peek_lru() {
-            Some((_, (_, s))) if self.lru.len() == CACHED_FUNCTIONS => *s,
-            _ => self.lru.len() as i64 + 1,
+        let slot = match lru.peek_lru() {
+            Some((_, (_, s))) if lru.len() == CACHED_FUNCTIONS => *s,
+            _ => lru.len() as i64 + 1,
         };
         st.push_value(-1);
         st.raw_seti(-3, slot);
         st.replace(-2);
-        if self.lru.len() == CACHED_FUNCTIONS {
-            self.lru.pop_lru();
+        if lru.len() == CACHED_FUNCTIONS {
+            lru.pop_lru();
         }
-        self.lru.put(proto.hash, (proto.clone(), slot));
+        lru.put(proto.hash, (proto.clone(), slot));
         Ok(())
     }
 }
