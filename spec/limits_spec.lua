@@ -17,6 +17,14 @@ function co_spin()
   coroutine.resume(coroutine.create(function() while true do end end))
   return "escaped"
 end
+function wrap_spin()
+  local ok = pcall(coroutine.wrap(function() while true do end end))
+  return "escaped", ok
+end
+function hooks()
+  local in_co = coroutine.wrap(function() return debug.gethook() ~= nil end)()
+  return debug.gethook() == nil, in_co
+end
 function gated_spin(port) gate(port) while true do end end
 function echo(...) return ... end
 function jit_on() return jit and jit.status() end
@@ -41,7 +49,7 @@ describe("time_limit", function()
   end)
   after_each(function() pool:close() end)
 
-  for _, f in ipairs { "spin", "pspin", "xspin", "co_spin" } do
+  for _, f in ipairs { "spin", "pspin", "xspin", "co_spin", "wrap_spin" } do
     it("stops " .. f .. " with 'time limit exceeded' and replaces the state", function()
       local t0 = vmpool.clock()
       local ok, err = pcall(pool.invoke, pool, "r", f)
@@ -59,6 +67,14 @@ describe("time_limit", function()
       assert.are.equal("alive", pool:invoke("r", "echo", "alive"))
     end)
   end
+
+  it("runs a call's main thread without a hook until its limit is due; coroutines keep a count hook", function()
+    local main_free, co_hooked = pool:invoke("r", "hooks")
+    assert.is_true(main_free)
+    -- LuaJIT has one hook per state, which the watchdog sets: its coroutines need none of their own
+    assert.are.equal(not IS_LUAJIT, co_hooked)
+    assert.are.equal("alive", pool:invoke("r", "echo", "alive"))
+  end)
 
   it("fails a call that overran it inside a C function when the function returns, not with its results", function()
     local gate = Gate.new()

@@ -73,7 +73,7 @@ fn one_call(p: &Arc<Pool>, rng: &mut u64, seen: &Seen) {
         std::thread::yield_now();
     }
     if pick <= 1 && !p.cancel(&c) && c.phase() == RUNNING {
-        c.interrupt.store(true, Ordering::Relaxed);
+        p.interrupt_running(&c);
     }
     let outcome = wait(&c);
     let counter = match &outcome {

@@ -126,7 +126,7 @@ fn close_after_fork_returns_even_if_the_pool_lock_was_held_at_fork_time() {
     assert!(lock_held, "the idle check never held the pool lock");
     assert!(matches!(wait(&queued), Err(Error::AcquireTimeout { .. })));
     assert!(p.cancel(&busy) || busy.phase() == vmpool::testing::call::RUNNING);
-    busy.interrupt.store(true, Ordering::Relaxed);
+    p.interrupt_running(&busy);
     assert!(matches!(wait(&busy), Err(Error::Cancelled)));
     p.close();
 }

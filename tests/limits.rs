@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -219,7 +218,7 @@ fn s_val(text: &str) -> Value {
 fn cancel(p: &vmpool::testing::pool::Pool, c: &vmpool::testing::call::Call) -> bool {
     let cancelled = p.cancel(c);
     if !cancelled && c.phase() == RUNNING {
-        c.interrupt.store(true, Ordering::Relaxed);
+        p.interrupt_running(c);
     }
     cancelled
 }

@@ -48,7 +48,11 @@ impl Child {
             };
             if self.hooked && done > 0 {
                 // `time_limit` holds per item (`arm` set the first item's deadline)
-                self.limits.deadline.set(deadline_after(self.time_limit));
+                let deadline = deadline_after(self.time_limit);
+                self.limits.deadline.set(deadline);
+                if let Some((_, slot)) = &self.watch {
+                    slot.set_deadline(deadline, &self.limits.stop);
+                }
             }
             let n = match self.run_function(chunk, item) {
                 Ok(n) => n,

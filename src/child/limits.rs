@@ -1,6 +1,7 @@
-//! The count hook behind `time_limit` and cancelling running calls, and what it checks: the
-//! running call's deadline and interrupt flag, shared with the hook through a thread-local
-//! pointer that is set only while a call (or `init`, or a collection) is armed.
+//! The limit hook behind `time_limit` and cancelling running calls (set by the watchdog when a
+//! call is due, and as a count hook in coroutines and `init`), and what it checks: the running
+//! call's deadline and interrupt flag, shared with the hook through a thread-local pointer that
+//! is set only while a call (or `init`, or a collection) is armed.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int};
@@ -62,7 +63,7 @@ fn limit_tripped(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-/// The count hook behind `time_limit` and cancelling running calls.
+/// The hook behind `time_limit` and cancelling running calls.
 pub(super) unsafe extern "C-unwind" fn limit_hook(
     l: *mut ffi::lua_State,
     _ar: *mut ffi::lua_Debug,

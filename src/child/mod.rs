@@ -36,6 +36,7 @@ use limits::{limit_hook, Limits, Trip, HOOK_COUNT, LIMITS, LIMIT_TRIPPED};
 mod batch;
 mod in_state;
 mod limits;
+pub mod watchdog;
 
 const MSGH: c_int = 1;
 const TRAMPOLINE: c_int = 2;
@@ -60,8 +61,10 @@ pub struct Child {
     /// The chunk versions this state has loaded.
     loaded: LoadedChunks,
     chunk_epoch: u64,
-    /// Whether the limit hook is installed.
+    /// Whether the state runs under a time limit (the watchdog arms it for each call).
     hooked: bool,
+    /// This state's slot in the pool's watchdog (pools with a `time_limit`).
+    watch: Option<(Arc<watchdog::Watchdog>, Arc<watchdog::Slot>)>,
     limits: Box<Limits>,
     /// Reused buffer for the function name (results go into the call's buffer).
     func: Vec<u8>,
@@ -140,8 +143,13 @@ enum Failure {
 const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 
 impl Child {
-    /// A new state configured for the pool; `stop` is the pool's stop flag (see [`Limits`]).
-    pub fn new(cfg: &Config, stop: &Arc<AtomicBool>) -> Result<Child, Error> {
+    /// A new state configured for the pool; `stop` is the pool's stop flag (see [`Limits`]),
+    /// `watchdog` the pool's (pools with a `time_limit`).
+    pub fn new(
+        cfg: &Config,
+        stop: &Arc<AtomicBool>,
+        watchdog: Option<&Arc<watchdog::Watchdog>>,
+    ) -> Result<Child, Error> {
         let stop = stop.clone();
         let heap = OwnedState::new()?;
         let st = heap.state();
@@ -166,6 +174,7 @@ impl Child {
             },
             chunk_epoch: u64::MAX,
             hooked: false,
+            watch: None,
             limits: Box::new(Limits {
                 deadline: Cell::new(None),
                 interrupt: Cell::new(std::ptr::null()),
@@ -184,6 +193,9 @@ impl Child {
             memory_limit: cfg.memory_limit,
         };
         child.configure(cfg)?;
+        if let (true, Some(w)) = (child.hooked, watchdog) {
+            child.watch = Some((w.clone(), w.register()));
+        }
         Ok(child)
     }
 
@@ -225,21 +237,12 @@ impl Child {
         if cfg.time_limit.is_some() {
             self.guard_xpcall()
                 .map_err(|m| Error::Spawn(format!("cannot wrap xpcall: {m}")))?;
+            self.guard_coroutines()
+                .map_err(|m| Error::Spawn(format!("cannot wrap coroutine.create: {m}")))?;
         }
         self.run_init(cfg)?;
-        if cfg.time_limit.is_some() {
-            // SAFETY: installs our hook on this state's main thread (coroutines created later
-            // inherit it); the hook only reads this thread's `LIMITS`.
-            unsafe {
-                ffi::lua_sethook(
-                    st.as_ptr(),
-                    Some(limit_hook),
-                    ffi::LUA_MASKCOUNT,
-                    HOOK_COUNT,
-                )
-            };
-            self.hooked = true;
-        }
+        // calls are limited by the watchdog, which sets the hook only when one is due
+        self.hooked = cfg.time_limit.is_some();
         Ok(())
     }
 
@@ -308,6 +311,20 @@ _G.xpcall = function(f, handler, ...)
 end
 "#;
         self.exec_with(WRAP, "=vmpool.xpcall", Some(LIMIT_TRIPPED))
+    }
+
+    /// Lua 5.1 to 5.5 keep a hook per coroutine and the watchdog reaches only the main thread:
+    /// every coroutine gets the count hook when it first runs, so a loop inside one is still
+    /// stopped (LuaJIT's hook is one per state: nothing to do).
+    fn guard_coroutines(&mut self) -> Result<(), String> {
+        if cfg!(feature = "luajit") {
+            return Ok(());
+        }
+        self.exec_with(
+            watchdog::COROUTINE_GUARD,
+            "=vmpool.coroutine",
+            Some(watchdog::HOOK_COROUTINE),
+        )
     }
 
     /// Runs a piece of source in this state (configuration and `init`).
@@ -484,16 +501,22 @@ end
             return;
         }
         let lim = &*self.limits;
-        lim.deadline
-            .set(crate::call::deadline_after(self.time_limit));
+        let deadline = crate::call::deadline_after(self.time_limit);
+        lim.deadline.set(deadline);
         lim.interrupt.set(&call.interrupt);
         lim.tripped.set(Trip::None);
         LIMITS.with(|l| l.set(lim));
+        if let Some((_, slot)) = &self.watch {
+            slot.arm(self.st.as_ptr(), deadline, &call.interrupt, &lim.stop);
+        }
     }
 
     fn disarm(&mut self) {
         if !self.hooked {
             return;
+        }
+        if let Some((_, slot)) = &self.watch {
+            slot.disarm();
         }
         LIMITS.with(|l| l.set(std::ptr::null()));
         self.limits.interrupt.set(std::ptr::null());
@@ -755,6 +778,9 @@ impl RunCtx {
 
 impl Drop for Child {
     fn drop(&mut self) {
+        if let Some((w, slot)) = &self.watch {
+            w.unregister(slot);
+        }
         LIMITS.with(|l| {
             if std::ptr::eq(l.get(), &*self.limits) {
                 l.set(std::ptr::null());

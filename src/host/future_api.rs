@@ -4,7 +4,6 @@
 //! notifier's (`notifier_api`), with the rest of the subscription code.
 
 use std::ffi::c_int;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -151,7 +150,7 @@ fn cancel_impl(st: State) -> Result<c_int, Error> {
     let cancelled = f.pool.cancel(f.call());
     if !cancelled && f.call().phase() == RUNNING {
         // interrupted at the child's next hook check (pools with a time_limit)
-        f.call().interrupt.store(true, Ordering::Relaxed);
+        f.pool.interrupt_running(f.call());
     }
     st.push_bool(cancelled);
     Ok(1)

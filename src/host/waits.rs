@@ -14,7 +14,6 @@
 //! `drain`/`wait` (the loop may still be going through the tokens the completion came in). So
 //! tokens stay small and dense, and the schedulers' tables of waiters keyed by them stay arrays.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -329,7 +328,7 @@ impl Waits {
             self.notifier.push(token);
         } else if let Some(pool) = &e.pool {
             if !e.call.is_done() && !pool.cancel(&e.call) && e.call.phase() == RUNNING {
-                e.call.interrupt.store(true, Ordering::Relaxed);
+                pool.interrupt_running(&e.call);
             }
         }
     }

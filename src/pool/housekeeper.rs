@@ -90,6 +90,8 @@ impl Pool {
                 continue;
             }
             if g.ledger.is_closed() && g.threads.running() == 0 {
+                drop(g);
+                self.stop_watchdog();
                 return;
             }
             g.housekeeper.state = State::Sleeping(next);

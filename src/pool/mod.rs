@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::call::{Call, Outcome};
+use crate::child::watchdog::Watchdog;
 use crate::chunk::Chunks;
 use crate::config::Config;
 use crate::histogram::Histogram;
@@ -59,6 +60,8 @@ pub struct Pool {
     all_exited: Condvar,
     /// Set by a bounded close whose time ran out: the limit hook stops the calls still running.
     pub stop: Arc<std::sync::atomic::AtomicBool>,
+    /// Sets the limit hook on a running state when its call is due (pools with a `time_limit`).
+    pub watchdog: Option<Arc<Watchdog>>,
     /// Workers creating a state now: a bounded close waits for them (a state's creation reads
     /// its host's data, e.g. nginx's configuration, which is freed once the host's state closes).
     creating: std::sync::atomic::AtomicUsize,
@@ -116,6 +119,11 @@ impl Pool {
     pub fn new(config: Config) -> Result<Arc<Pool>, Error> {
         crate::clock::init();
         let core = config.core;
+        let stop: Arc<AtomicBool> = Arc::default();
+        let watchdog = match config.time_limit {
+            Some(limit) => Some(Watchdog::start(limit, stop.clone())?),
+            None => None,
+        };
         let pool = Arc::new(Pool {
             inner: Mutex::new(Inner {
                 ledger: Ledger::new(&config),
@@ -125,7 +133,8 @@ impl Pool {
             config,
             wake_housekeeper: Condvar::new(),
             all_exited: Condvar::new(),
-            stop: Arc::default(),
+            stop,
+            watchdog,
             creating: Default::default(),
             chunks: Chunks::default(),
             fork_generation: crate::sys::fork_generation(),
@@ -139,9 +148,13 @@ impl Pool {
             closed: AtomicBool::new(false),
             name: OnceLock::new(),
         });
-        registry::register(&pool)?;
+        if let Err(e) = registry::register(&pool) {
+            pool.stop_watchdog();
+            return Err(e);
+        }
         if let Err(e) = housekeeper::start(&pool) {
             pool.closed.store(true, Ordering::Relaxed);
+            pool.stop_watchdog();
             return Err(e);
         }
 
@@ -318,6 +331,22 @@ impl Pool {
         }
     }
 
+    /// Asks a running call to stop (`fut:cancel()`): the limit hook raises at its next
+    /// instruction, in pools with a `time_limit` (the watchdog sets it).
+    pub fn interrupt_running(&self, call: &Call) {
+        call.interrupt.store(true, Ordering::SeqCst);
+        if let Some(w) = &self.watchdog {
+            w.poke();
+        }
+    }
+
+    /// Ends the watchdog's thread (once no worker is left to arm it).
+    pub(super) fn stop_watchdog(&self) {
+        if let Some(w) = &self.watchdog {
+            w.shut_down();
+        }
+    }
+
     /// Cancels a call that has not started. True if it was cancelled (it will never run).
     pub fn cancel(&self, call: &Call) -> bool {
         let cancelled = self.inner.lock().ledger.cancel(call);
@@ -449,6 +478,9 @@ impl Pool {
                 stopped_at = Some(Instant::now());
                 // SeqCst with `new_child`: either it sees the flag or this sees its count
                 self.stop.store(true, Ordering::SeqCst);
+                if let Some(w) = &self.watchdog {
+                    w.poke();
+                }
                 continue;
             }
             self.all_exited.wait_until(g, until);
@@ -462,7 +494,7 @@ impl Pool {
         let child = if self.stop.load(Ordering::SeqCst) {
             Err(Error::Closed)
         } else {
-            crate::child::Child::new(&self.config, &self.stop)
+            crate::child::Child::new(&self.config, &self.stop, self.watchdog.as_ref())
         };
         if self.creating.fetch_sub(1, Ordering::SeqCst) == 1 && self.stop.load(Ordering::SeqCst) {
             let _g = self.inner.lock();

@@ -1,0 +1,261 @@
+//! The watchdog of a pool with a `time_limit`: one thread that sets the limit hook on a running
+//! state's main thread only when something is due (the call's deadline, `fut:cancel()`, a bounded
+//! close's stop), so a time-limited call runs at full speed until then instead of paying a count
+//! hook every 1,000 instructions. `lua_sethook` is the one Lua API function made to be called
+//! from outside the running code (the standalone interpreters' Ctrl-C calls it from a signal
+//! handler): Lua 5.4 polls the hook flag at jumps and calls, 5.1 and LuaJIT at every instruction.
+//!
+//! Each state has a [`Slot`]: its worker arms it at a call's start and disarms it at the end, each
+//! under the slot's lock, and the watchdog sets the hook only under that lock while the slot is
+//! armed, so it never touches a state between calls or after it closed. Disarming removes a hook
+//! the watchdog set. The watchdog sleeps until the earliest deadline of the armed slots; with none
+//! armed, for one `time_limit` at most (a call armed meanwhile has a later deadline), or until
+//! woken ([`Watchdog::poke`]) when there is no deadline at all (`time_limit = math.huge`).
+
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mlua::ffi;
+use parking_lot::{Condvar, Mutex};
+
+use super::limits::limit_hook;
+use crate::Error;
+
+/// The shortest idle sleep: a tiny `time_limit` (1e-10 s) must not make the watchdog spin.
+const MIN_IDLE: Duration = Duration::from_millis(1);
+
+/// A state's arming, shared by its worker and the watchdog.
+#[derive(Default)]
+pub struct Slot(Mutex<Armed>);
+
+struct Armed {
+    /// The state's main thread, while armed.
+    l: *mut ffi::lua_State,
+    deadline: Option<Instant>,
+    /// The running call's interrupt flag (`fut:cancel()`), alive while armed.
+    interrupt: *const AtomicBool,
+    armed: bool,
+    /// The watchdog set the hook during this arming.
+    fired: bool,
+}
+
+impl Default for Armed {
+    fn default() -> Armed {
+        Armed {
+            l: std::ptr::null_mut(),
+            deadline: None,
+            interrupt: std::ptr::null(),
+            armed: false,
+            fired: false,
+        }
+    }
+}
+
+// SAFETY: the pointers are only followed under the slot's lock while `armed`, when the worker
+// guarantees the state and the call's flag are alive (it disarms under the lock before either
+// goes away); `lua_sethook` is the API function meant to be called from another thread.
+unsafe impl Send for Armed {}
+
+/// Sets the limit hook to fire at the next instruction (the hook then raises the limit's error).
+///
+/// # Safety
+/// `l` is a live state's main thread.
+unsafe fn fire(l: *mut ffi::lua_State) {
+    // SAFETY: the caller's promise; the hook reads only its own thread's `LIMITS`.
+    unsafe { ffi::lua_sethook(l, Some(limit_hook), ffi::LUA_MASKCOUNT, 1) };
+}
+
+impl Slot {
+    /// A call starts on state `l`: the watchdog may fire from now on. `interrupt` and `stop` are
+    /// read after arming, so a cancel or stop that came before (and whose poke found the slot
+    /// unarmed) is seen here and fires at once.
+    pub fn arm(
+        &self,
+        l: *mut ffi::lua_State,
+        deadline: Option<Instant>,
+        interrupt: &AtomicBool,
+        stop: &AtomicBool,
+    ) {
+        let mut a = self.0.lock();
+        a.l = l;
+        a.deadline = deadline;
+        a.interrupt = interrupt;
+        a.armed = true;
+        a.fired = false;
+        if interrupt.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
+            a.fired = true;
+            // SAFETY: `l` is this worker's own live state.
+            unsafe { fire(l) };
+        }
+    }
+
+    /// The next item of a map batch starts with a deadline of its own (on the worker's thread,
+    /// between items: a hook fired for the previous deadline has found nothing to stop).
+    pub fn set_deadline(&self, deadline: Option<Instant>, stop: &AtomicBool) {
+        let mut a = self.0.lock();
+        if !a.armed {
+            return;
+        }
+        a.deadline = deadline;
+        // SAFETY: armed (the batch runs), so the call's flag is alive.
+        let cancelled = unsafe { (*a.interrupt).load(Ordering::SeqCst) };
+        if a.fired && !cancelled && !stop.load(Ordering::SeqCst) {
+            // the previous item's deadline fired and that item ended in time: no hook until due
+            // SAFETY: the worker's own live state.
+            unsafe { ffi::lua_sethook(a.l, None, 0, 0) };
+            a.fired = false;
+        }
+    }
+
+    /// The call ended: the watchdog leaves the state alone, and a hook it set is removed.
+    pub fn disarm(&self) {
+        let mut a = self.0.lock();
+        if a.fired {
+            // SAFETY: still armed, so `l` is the worker's own live state.
+            unsafe { ffi::lua_sethook(a.l, None, 0, 0) };
+        }
+        *a = Armed::default();
+    }
+}
+
+/// One pool's watchdog (see the module).
+pub struct Watchdog {
+    shared: Mutex<Shared>,
+    wake: Condvar,
+    /// The pool's stop flag (a bounded close whose time ran out).
+    stop: Arc<AtomicBool>,
+    /// The longest sleep with no deadline pending; `None`: until poked.
+    idle: Option<Duration>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Default)]
+struct Shared {
+    slots: Vec<Arc<Slot>>,
+    shutdown: bool,
+}
+
+impl Watchdog {
+    /// Starts the watchdog of a pool with this `time_limit` (`Duration::MAX`: no deadline, only
+    /// cancel and stop).
+    pub fn start(time_limit: Duration, stop: Arc<AtomicBool>) -> Result<Arc<Watchdog>, Error> {
+        let idle = (time_limit != Duration::MAX).then(|| time_limit.max(MIN_IDLE));
+        let w = Arc::new(Watchdog {
+            shared: Mutex::new(Shared::default()),
+            wake: Condvar::new(),
+            stop,
+            idle,
+            thread: Mutex::new(None),
+        });
+        let me = w.clone();
+        let thread = std::thread::Builder::new()
+            .name("vmpool-watchdog".into())
+            .spawn(move || me.watch())
+            .map_err(|e| Error::Spawn(format!("cannot start the time-limit thread: {e}")))?;
+        *w.thread.lock() = Some(thread);
+        Ok(w)
+    }
+
+    /// A new state's slot.
+    pub fn register(&self) -> Arc<Slot> {
+        let slot = Arc::new(Slot::default());
+        self.shared.lock().slots.push(slot.clone());
+        slot
+    }
+
+    /// A state closes: its slot (disarmed) leaves the list.
+    pub fn unregister(&self, slot: &Arc<Slot>) {
+        self.shared.lock().slots.retain(|s| !Arc::ptr_eq(s, slot));
+    }
+
+    /// Looks at every armed state now: a call was cancelled or the pool stopped.
+    pub fn poke(&self) {
+        let _g = self.shared.lock();
+        self.wake.notify_one();
+    }
+
+    /// Ends the thread and joins it (once the pool's workers are gone).
+    pub fn shut_down(&self) {
+        self.shared.lock().shutdown = true;
+        self.wake.notify_one();
+        let thread = self.thread.lock().take();
+        if let Some(t) = thread {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    fn watch(&self) {
+        let mut g = self.shared.lock();
+        while !g.shutdown {
+            let next = self.scan(&g.slots, Instant::now());
+            match next.or_else(|| self.idle.map(|d| Instant::now() + d)) {
+                Some(until) => {
+                    self.wake.wait_until(&mut g, until);
+                }
+                None => self.wake.wait(&mut g),
+            }
+        }
+    }
+
+    /// Fires on the armed states that are due; returns the earliest deadline still pending.
+    fn scan(&self, slots: &[Arc<Slot>], now: Instant) -> Option<Instant> {
+        let stop = self.stop.load(Ordering::SeqCst);
+        let mut next: Option<Instant> = None;
+        for slot in slots {
+            let mut a = slot.0.lock();
+            if !a.armed || a.fired {
+                continue;
+            }
+            // SAFETY: armed, so the call's flag is alive (see `Armed`).
+            let cancelled = unsafe { (*a.interrupt).load(Ordering::SeqCst) };
+            let due = a.deadline.is_some_and(|d| d <= now);
+            if stop || cancelled || due {
+                a.fired = true;
+                // SAFETY: armed, so `l` is a live state, its worker blocked from disarming by the
+                // lock we hold.
+                unsafe { fire(a.l) };
+            } else if let Some(d) = a.deadline {
+                next = Some(next.map_or(d, |n: Instant| n.min(d)));
+            }
+        }
+        next
+    }
+}
+
+/// The hook a coroutine of a time-limited state gets (`coroutine.create`/`wrap` are wrapped; see
+/// `Child::guard_coroutines`): Lua 5.1 to 5.5 keep hooks per coroutine, and the watchdog reaches
+/// only the main thread, so code in a coroutine is checked by count as before.
+pub(super) const HOOK_COROUTINE: ffi::lua_CFunction = crate::lua::c_function(hook_coroutine);
+unsafe extern "C-unwind" fn hook_coroutine(l: *mut ffi::lua_State) -> isize {
+    // SAFETY: Lua calls this on the running coroutine's own thread; it sets that thread's hook.
+    unsafe {
+        ffi::lua_sethook(
+            l,
+            Some(limit_hook),
+            ffi::LUA_MASKCOUNT,
+            super::limits::HOOK_COUNT as c_int,
+        )
+    };
+    0
+}
+
+/// Wraps `coroutine.create` and `coroutine.wrap` so that each coroutine calls [`HOOK_COROUTINE`]
+/// (its argument) when it first runs.
+pub(super) const COROUTINE_GUARD: &[u8] = br#"
+local co, type, hook = coroutine, type, ...
+if type(co) ~= "table" then return end
+local create, wrap = co.create, co.wrap
+co.create = function(f)
+  if type(f) ~= "function" then return create(f) end
+  return create(function(...) hook() return f(...) end)
+end
+co.wrap = function(f)
+  if type(f) ~= "function" then return wrap(f) end
+  return wrap(function(...) hook() return f(...) end)
+end
+"#;
