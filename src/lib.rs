@@ -29,6 +29,9 @@
 //!   finishes.
 //! - [`shared`]: `vmpool.shared`, the process-wide dictionaries with `ngx.shared.DICT`'s API that
 //!   the host and every pool state reach (Lua side: `host/dict_api.rs`).
+//! - [`channel`]: `vmpool.channel` and `vmpool.select`, bounded FIFOs of messages between the
+//!   host and the states (Lua side: `host/channel_api.rs`); a coroutine that waits on one is woken
+//!   through the same completion queues as calls.
 //! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
 //!   check at load time, and fork detection.
 //!

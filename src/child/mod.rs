@@ -31,6 +31,7 @@ use crate::state_heap::OwnedState;
 use crate::value::{self, Role};
 use crate::Error;
 use in_state::{forget_chunk, COLLECT, MESSAGE_HANDLER, TRAMPOLINE_FN};
+pub(crate) use limits::{call_armed, call_must_stop, stop_error};
 use limits::{limit_hook, Limits, Trip, HOOK_COUNT, LIMITS, LIMIT_TRIPPED};
 
 mod batch;
@@ -424,10 +425,9 @@ end
         tripped || rc == ffi::LUA_ERRMEM
     }
 
+    /// Arms the call's limits, also without a hook: a channel's wait reads them (see
+    /// `limits::call_must_stop`).
     fn arm(&mut self, call: &Call) {
-        if !self.hooked {
-            return;
-        }
         let lim = &*self.limits;
         lim.deadline
             .set(crate::call::deadline_after(self.time_limit));
@@ -437,9 +437,6 @@ end
     }
 
     fn disarm(&mut self) {
-        if !self.hooked {
-            return;
-        }
         LIMITS.with(|l| l.set(std::ptr::null()));
         self.limits.interrupt.set(std::ptr::null());
     }
