@@ -23,6 +23,8 @@ const SITES: &[(&str, &str, &str)] = &[
      "results are read only after the call's state is DONE"),
     ("src/host/call_io.rs", "cannot decode results:",
      "results are encoded by the state's own encoder; more results than can cross are refused in the state, by name"),
+    ("src/channel/stream.rs", "a stream push without a timeout timed out",
+     "Channel::push answers Timeout only when given a timeout, and a stream's push has none"),
     ("src/host/channel_api.rs", "cannot decode a channel message:",
      "a channel's messages are written only by the same library's encoder (channel_api.rs's push)"),
     ("src/host/map_run.rs", "a spare call was shared",

@@ -15,6 +15,7 @@
 //! watchers both wait, wake-ups alternate between them. A woken watcher retries the operation.
 
 pub mod select;
+pub mod stream;
 pub mod timer;
 pub mod watch;
 

@@ -171,6 +171,12 @@ impl Child {
     fn configure(&mut self, cfg: &Config) -> Result<(), Error> {
         let st = self.st;
         st.push_globals();
+        // `coroutine.yield` at a stream call's top level pushes an item (`channel/stream.rs`)
+        if st.raw_get_str(-1, "coroutine") == TTABLE {
+            st.push_cclosure(crate::channel::stream::STREAM_YIELD, 0);
+            st.raw_set_str(-2, "yield");
+        }
+        st.pop(1);
         if st.raw_get_str(-1, "package") == TTABLE {
             if let Some(p) = &cfg.package_path {
                 st.push_bytes(p);
@@ -336,11 +342,19 @@ end
         // Take what the call needs out of it and let go of its lock: the caller may need the
         // lock while the call runs (a scheduler subscribing to it, `cancel`). The chunk is moved
         // out and back, not cloned: its reference count is the host's to change (see `Chunk`).
-        let (job, chunk, mut buf) = {
+        let (job, chunk, mut buf, stream) = {
             let mut data = call.data.lock();
             std::mem::swap(&mut self.func, &mut data.func);
-            (data.job, data.chunk.take(), std::mem::take(&mut data.buf))
+            let stream = data.stream.take().and_then(|s| s.downcast().ok());
+            (
+                data.job,
+                data.chunk.take(),
+                std::mem::take(&mut data.buf),
+                stream,
+            )
         };
+        // a stream's channel is this thread's until the call ends, then closed
+        let _stream = crate::channel::stream::Scope::enter(stream, call_must_stop, stop_error);
         if job == Job::Collect {
             let replace = self.collect(call);
             let mut data = call.data.lock();

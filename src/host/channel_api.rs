@@ -31,6 +31,16 @@ use crate::Error;
 
 pub struct ChannelHandle {
     chan: Arc<Channel>,
+    /// A stream's own handle: collecting it closes the channel, which ends the stream's call.
+    owner: bool,
+}
+
+impl Drop for ChannelHandle {
+    fn drop(&mut self) {
+        if self.owner {
+            self.chan.close();
+        }
+    }
 }
 
 impl userdata::Tagged for ChannelHandle {
@@ -256,7 +266,7 @@ fn channel_impl(st: State) -> Result<c_int, Error> {
         }
     }
     let chan = channel::open(&name, opts)?;
-    userdata::push(st, ChannelHandle { chan }, 3)?;
+    userdata::push(st, ChannelHandle { chan, owner: false }, 3)?;
     Ok(1)
 }
 
@@ -578,4 +588,49 @@ fn chan_eq_impl(st: State) -> Result<c_int, Error> {
     let eq = matches!((chan(1), chan(2)), (Some(a), Some(b)) if a == b);
     st.push_bool(eq);
     Ok(1)
+}
+
+/// Items a stream buffers between the state and the iterator before the state waits.
+pub const STREAM_CAPACITY: usize = 64;
+
+crate::lua_function!(pub fn stream => stream_impl);
+/// `_stream(pool, metatable, chunk, fn, ...)` -> future, channel: `pool:stream`'s call, whose
+/// top-level `coroutine.yield`s push onto the channel (`channel/stream.rs`). The channel's handle
+/// owns it: collecting the handle closes it, which ends the call at its next item.
+fn stream_impl(st: State) -> Result<c_int, Error> {
+    let h = userdata::get::<crate::host::call_io::PoolHandle>(st, 1)
+        .and_then(|b| b.get())
+        .ok_or_else(|| {
+            Error::BadArgument(format!(
+                "bad argument #1 to 'stream': expected a pool, got {} (call it as pool:stream(...), with a colon)",
+                st.type_name(1)
+            ))
+        })?;
+    let call = h.prepare_with(st, 3, "stream", None)?;
+    let chan = Arc::new(Channel::new(
+        "(stream)",
+        STREAM_CAPACITY,
+        channel::DEFAULT_BYTES,
+    ));
+    call.data.lock().stream = Some(chan.clone());
+    st.set_top(2);
+    let pushed = userdata::push(st, ChannelHandle { chan, owner: true }, 2).and_then(|()| {
+        userdata::push(
+            st,
+            crate::host::future_api::FutureHandle::new(call.clone(), h.pool.clone()),
+            userdata::UV_FUTURE,
+        )
+    });
+    if let Err(e) = pushed {
+        h.recycle(call);
+        return Err(e);
+    }
+    if let Err(e) = h.pool.submit(call.clone()) {
+        userdata::finalize::<crate::host::future_api::FutureHandle>(st, -1);
+        h.recycle(call);
+        return Err(e);
+    }
+    // future, channel
+    st.insert(-2);
+    Ok(2)
 }

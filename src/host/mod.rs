@@ -138,6 +138,7 @@ const FUNCTIONS: Methods = &[
     ("_select", channel_api::select_blocking),
     ("_select_or_wait", channel_api::select_or_wait),
     ("_waiter", channel_api::waiter),
+    ("_stream", channel_api::stream),
     ("_waiter_subscribe", channel_api::waiter_subscribe),
     ("_waiter_unsubscribe", channel_api::waiter_unsubscribe),
     ("_waiter_ready", channel_api::waiter_ready),

@@ -436,6 +436,56 @@ function M.select(list, timeout)
   return select_blocking(list, timeout)
 end
 
+-- Streams: pool:stream(chunk, fn, ...) runs fn with its own unnamed channel; the state's
+-- coroutine.yield at the call's top level pushes onto it (src/channel/stream.rs) and the channel
+-- is closed when the call ends. The stream object is the iterator of a generic for (and its
+-- to-be-closed value on Lua 5.4); its channel handle owns the channel, so collecting the stream
+-- closes it, which ends the call at its next item.
+local native_stream, chan_close = native._stream, native._chan_close
+local Stream = {}
+local StreamMT = { __index = Stream, __name = "vmpool.stream" }
+
+-- The channel is closed and drained: the call ended (or the consumer closed the stream).
+local function stream_end(s)
+  s.done = true
+  if not s.closed then
+    s.fut:wait() -- raises the state's error, with its traceback
+  end
+  return nil
+end
+
+local function stream_item(s, first, ...)
+  if first ~= nil then
+    return first, ...
+  end
+  return stream_end(s)
+end
+
+function StreamMT.__call(s)
+  if s.done then
+    return nil
+  end
+  return stream_item(s, pop(s.ch, nil))
+end
+
+--- stream:close(): stops consuming; the call is cancelled (a state waiting to push fails at once).
+function Stream:close()
+  if not self.done then
+    self.done, self.closed = true, true
+    chan_close(self.ch)
+    self.fut:cancel()
+  end
+end
+
+function StreamMT.__close(s) s:close() end
+
+--- pool:stream(chunk, fn, ...): an iterator over the items fn yields in a state.
+function Pool:stream(chunk, fn, ...)
+  local fut, ch = native_stream(self, ChannelMT, chunk, fn, ...)
+  local s = setmetatable({ fut = fut, ch = ch, done = false, closed = false }, StreamMT)
+  return s, nil, nil, s
+end
+
 --- vmpool.run(fn, ...): runs fn(...) in a coroutine, plus every coroutine vmpool.spawn starts,
 --- until all are done; returns fn's results. Sleeps (no CPU) while every coroutine waits.
 function M.run(fn, ...)
