@@ -12,6 +12,9 @@
 --   cqueues    the same under vmpool.cqueues (cq:wrap, cq:loop())
 --   dict_get   dict:get(key) of a short string over 1,000 keys of a vmpool.shared dictionary
 --   dict_set   dict:set(key, value) of a short string over the same keys
+--   chan_pingpong  a number to a state and back over two vmpool.channel (one round trip)
+--   chan_to_host   a number pushed by a state, popped by the host (one message)
+--   chan_stream    a number yielded by pool:stream's function, read by the for loop (one item)
 --
 -- Usage: lua bench/cg.lua --kind=invoke --n=2000
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
@@ -124,6 +127,48 @@ elseif kind == "dict_get" or kind == "dict_set" then
     run = function(count)
       for i = 1, count do
         if not dict:set(keys[i % 1000 + 1], values[(i + 7) % 1000 + 1]) then error("wrong result") end
+      end
+    end
+  end
+elseif kind == "chan_pingpong" or kind == "chan_to_host" or kind == "chan_stream" then
+  pool:compile("ch", [[
+local vmpool = require "vmpool"
+function echo(a, b)
+  local i, o = vmpool.channel(a), vmpool.channel(b)
+  while true do
+    local v = i:pop()
+    if not v then return end
+    o:push(v)
+  end
+end
+function produce(name, n) local c = vmpool.channel(name) for i = 1, n do c:push(i) end end
+function items(n) for i = 1, n do coroutine.yield(i) end end
+]])
+  local runs = 0
+  run = function(count)
+    runs = runs + 1
+    local a, b = "cg-a-" .. runs, "cg-b-" .. runs
+    if kind == "chan_pingpong" then
+      local inp, out = vmpool.channel(a), vmpool.channel(b)
+      local fut = pool:submit("ch", "echo", a, b)
+      for i = 1, count do
+        inp:push(i)
+        if out:pop() ~= i then error("wrong result") end
+      end
+      inp:push(false)
+      fut:wait()
+    elseif kind == "chan_to_host" then
+      local c = vmpool.channel(a)
+      local fut = pool:submit("ch", "produce", a, count)
+      for i = 1, count do
+        if c:pop() ~= i then error("wrong result") end
+      end
+      fut:wait()
+    else
+      local k = 0
+      for i in pool:stream("ch", "items", count) do
+        k = k + 1
+        if i ~= k then error("wrong result") end
       end
     end
   end

@@ -118,7 +118,7 @@ fn push_item(st: State) -> Result<bool, ()> {
             "coroutine.yield in a stream's function needs an item whose first value is not nil (the iterator ends at a nil): wrap such values in a table".into(),
         ));
     }
-    let mut buf = Vec::new();
+    let mut buf = Vec::with_capacity(64);
     if let Err(e) = value::encode_values(st, 1, count, &mut buf, Role::Argument(b"coroutine.yield"))
     {
         return fail(st, e);

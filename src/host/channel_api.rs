@@ -114,7 +114,8 @@ fn message(st: State, first: c_int, method: &str) -> Result<Vec<u8>, Error> {
             if count < 1 { "no values" } else { "nil" }
         )));
     }
-    let mut buf = Vec::new();
+    // room for a few small values: growing from empty reallocated up to three times
+    let mut buf = Vec::with_capacity(64);
     value::encode_values(
         st,
         first,
@@ -125,9 +126,13 @@ fn message(st: State, first: c_int, method: &str) -> Result<Vec<u8>, Error> {
     Ok(buf)
 }
 
-/// Replaces the stack with the message's values (after `before` values already pushed on top of
-/// an empty stack).
+/// Pushes the message's values (onto a stack holding at most one value).
 fn push_message(st: State, buf: &[u8], what: &str) -> Result<c_int, Error> {
+    // scalars allocate nothing, so they need no protected call (as `call_io::push_outcome`); the
+    // callers have at most one value on the stack, so 16 slots of LUA_MINSTACK's 20 are free
+    if let Some(n) = value::push_scalars(st, buf, 16) {
+        return Ok(n);
+    }
     let mut corrupt = None;
     let n = protected(
         st,
