@@ -20,6 +20,7 @@ pub mod timer;
 pub mod watch;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,13 @@ pub const DEFAULT_CAPACITY: usize = 1024;
 pub const DEFAULT_BYTES: usize = 16 << 20;
 /// How often a wait re-checks its caller's `stop` test.
 pub const POLL_SLICE: Duration = Duration::from_millis(10);
+/// A thread that would wait spins this long at most first (adaptively, `spin.rs`): the other side
+/// of a ping-pong usually answers within a few µs, and a futex wake-up costs 5-30 µs.
+const CHANNEL_SPIN: Duration = Duration::from_micros(50);
+
+thread_local! {
+    static SPIN: crate::spin::AdaptiveSpin = crate::spin::AdaptiveSpin::new(CHANNEL_SPIN, false);
+}
 
 /// What `vmpool.channel` was asked for; `None` = not given.
 #[derive(Debug, Default, Clone, Copy)]
@@ -94,6 +102,8 @@ pub struct Channel {
     capacity: usize,
     max_bytes: usize,
     q: Mutex<Queue>,
+    /// Moves at every push, pop and close (under the lock): what a spinning waiter watches.
+    version: AtomicU64,
     not_empty: Condvar,
     not_full: Condvar,
     /// `sys::fork_generation()` when it was created.
@@ -117,6 +127,7 @@ impl Channel {
                 push_threads: 0,
                 turn: false,
             }),
+            version: AtomicU64::new(0),
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
             generation: crate::sys::fork_generation(),
@@ -174,6 +185,8 @@ impl Channel {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut q = self.q.lock();
         let mut woken = false;
+        let mut spun = false;
+        let mut parked = None;
         loop {
             if q.closed {
                 return Err((Fail::Closed, msg));
@@ -181,12 +194,21 @@ impl Channel {
             if self.has_room(&q, msg.len()) {
                 q.bytes += msg.len();
                 q.msgs.push_back(msg);
+                self.version.fetch_add(1, Ordering::Release);
                 // room may remain for the next pusher we were woken ahead of
                 if woken && self.has_room(&q, 0) {
                     self.wake_one(&mut q, Side::Push);
                 }
                 self.wake_one(&mut q, Side::Pop);
+                observed(parked);
                 return Ok(());
+            }
+            if !spun && timeout != Some(Duration::ZERO) {
+                spun = true;
+                match self.spin(&mut q) {
+                    Ok(()) => continue,
+                    Err(start) => parked = Some(start),
+                }
             }
             q.push_threads += 1;
             let waited = wait(&self.not_full, &mut q, deadline, stop);
@@ -211,12 +233,22 @@ impl Channel {
     pub fn pop(&self, timeout: Option<Duration>, stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Fail> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut q = self.q.lock();
+        let mut spun = false;
+        let mut parked = None;
         loop {
             if let Some(m) = self.take(&mut q) {
+                observed(parked);
                 return Ok(m);
             }
             if q.closed {
                 return Err(Fail::Closed);
+            }
+            if !spun && timeout != Some(Duration::ZERO) {
+                spun = true;
+                match self.spin(&mut q) {
+                    Ok(()) => continue,
+                    Err(start) => parked = Some(start),
+                }
             }
             q.pop_threads += 1;
             let waited = wait(&self.not_empty, &mut q, deadline, stop);
@@ -230,10 +262,28 @@ impl Channel {
         }
     }
 
+    /// Before a thread's first wait: spins (lock released, bounded, adaptive) until the channel
+    /// changes. `Ok` if it did (the caller tries again); else the wait's start, for `observed`
+    /// once the operation completes after parking (so the budget follows the real waits).
+    fn spin(&self, q: &mut parking_lot::MutexGuard<'_, Queue>) -> Result<(), crate::spin::Wait> {
+        let seen = self.version.load(Ordering::Acquire);
+        parking_lot::MutexGuard::unlocked(q, || {
+            SPIN.with(|spin| {
+                let start = spin.start();
+                if spin.spin(start, || self.version.load(Ordering::Acquire) != seen) {
+                    spin.observe(start);
+                    return Ok(());
+                }
+                Err(start)
+            })
+        })
+    }
+
     /// The oldest message, if any, waking a pusher (room) and, if more remain, another popper.
     fn take(&self, q: &mut Queue) -> Option<Vec<u8>> {
         let m = q.msgs.pop_front()?;
         q.bytes -= m.len();
+        self.version.fetch_add(1, Ordering::Release);
         self.wake_one(q, Side::Push);
         if !q.msgs.is_empty() {
             // another popper may be waiting behind a push that woke only us
@@ -280,6 +330,7 @@ impl Channel {
         if self.has_room(&q, msg.len()) {
             q.bytes += msg.len();
             q.msgs.push_back(msg);
+            self.version.fetch_add(1, Ordering::Release);
             self.wake_one(&mut q, Side::Pop);
             return Ok(());
         }
@@ -335,12 +386,20 @@ impl Channel {
         let mut guard = self.q.lock();
         let q = &mut *guard;
         q.closed = true;
+        self.version.fetch_add(1, Ordering::Release);
         for c in q.pop_watch.drain(..).chain(q.push_watch.drain(..)) {
             ready(&c);
         }
         drop(guard);
         self.not_empty.notify_all();
         self.not_full.notify_all();
+    }
+}
+
+/// A wait that spun, parked and then completed tells the spin how long it took.
+fn observed(parked: Option<crate::spin::Wait>) {
+    if let Some(start) = parked {
+        SPIN.with(|spin| spin.observe(start));
     }
 }
 
