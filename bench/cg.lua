@@ -131,19 +131,7 @@ elseif kind == "dict_get" or kind == "dict_set" then
     end
   end
 elseif kind == "chan_pingpong" or kind == "chan_to_host" or kind == "chan_stream" then
-  pool:compile("ch", [[
-local vmpool = require "vmpool"
-function echo(a, b)
-  local i, o = vmpool.channel(a), vmpool.channel(b)
-  while true do
-    local v = i:pop()
-    if not v then return end
-    o:push(v)
-  end
-end
-function produce(name, n) local c = vmpool.channel(name) for i = 1, n do c:push(i) end end
-function items(n) for i = 1, n do coroutine.yield(i) end end
-]])
+  pool:compile("ch", B.CHANNEL_SCRIPT)
   local runs = 0
   run = function(count)
     runs = runs + 1

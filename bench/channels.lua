@@ -46,22 +46,7 @@ end
 local provider
 if lib == "vmpool" then
   local pool = vmpool.new { core = 2 }
-  pool:compile("ch", [[
-local vmpool = require "vmpool"
-function echo(a, b)
-  local i, o = vmpool.channel(a), vmpool.channel(b)
-  while true do
-    local v = i:pop()
-    if not v then return end
-    o:push(v)
-  end
-end
-function produce(name, n)
-  local c = vmpool.channel(name)
-  for i = 1, n do c:push(i) end
-end
-function items(n) for i = 1, n do coroutine.yield(i) end end
-]])
+  pool:compile("ch", B.CHANNEL_SCRIPT)
   local run = 0
   provider = {
     pingpong = function()

@@ -203,12 +203,8 @@ impl Channel {
                 observed(parked);
                 return Ok(());
             }
-            if !spun && timeout != Some(Duration::ZERO) {
-                spun = true;
-                match self.spin(&mut q) {
-                    Ok(()) => continue,
-                    Err(start) => parked = Some(start),
-                }
+            if self.spun_and_changed(&mut q, timeout, &mut spun, &mut parked) {
+                continue;
             }
             q.push_threads += 1;
             let waited = wait(&self.not_full, &mut q, deadline, stop);
@@ -243,12 +239,8 @@ impl Channel {
             if q.closed {
                 return Err(Fail::Closed);
             }
-            if !spun && timeout != Some(Duration::ZERO) {
-                spun = true;
-                match self.spin(&mut q) {
-                    Ok(()) => continue,
-                    Err(start) => parked = Some(start),
-                }
+            if self.spun_and_changed(&mut q, timeout, &mut spun, &mut parked) {
+                continue;
             }
             q.pop_threads += 1;
             let waited = wait(&self.not_empty, &mut q, deadline, stop);
@@ -258,6 +250,28 @@ impl Channel {
                     self.wake_one(&mut q, Side::Pop);
                 }
                 return Err(f);
+            }
+        }
+    }
+
+    /// Before a thread's first wait (once, and not for a zero timeout): whether the channel
+    /// changed while it spun, so the caller tries again; if not, `parked` notes when it started.
+    fn spun_and_changed(
+        &self,
+        q: &mut parking_lot::MutexGuard<'_, Queue>,
+        timeout: Option<Duration>,
+        spun: &mut bool,
+        parked: &mut Option<crate::spin::Wait>,
+    ) -> bool {
+        if *spun || timeout == Some(Duration::ZERO) {
+            return false;
+        }
+        *spun = true;
+        match self.spin(q) {
+            Ok(()) => true,
+            Err(start) => {
+                *parked = Some(start);
+                false
             }
         }
     }

@@ -26,6 +26,25 @@ pub(super) struct Limits {
 }
 
 impl Limits {
+    /// What stops the armed call, if anything (cancel, the pool's stop, the deadline, in that
+    /// order), noted in `tripped`: the hook's check, and a channel wait's.
+    fn check(&self) -> Trip {
+        if self.tripped.get() != Trip::None {
+            return self.tripped.get();
+        }
+        let interrupt = self.interrupt.get();
+        // SAFETY: the interrupt flag belongs to the armed call, alive while it is armed (the
+        // callers run only then, on the call's thread).
+        if !interrupt.is_null() && unsafe { (*interrupt).load(Ordering::Relaxed) } {
+            self.tripped.set(Trip::Cancel);
+        } else if self.stop.load(Ordering::Relaxed) {
+            self.tripped.set(Trip::Closed);
+        } else if self.deadline.get().is_some_and(|d| Instant::now() >= d) {
+            self.tripped.set(Trip::Time);
+        }
+        self.tripped.get()
+    }
+
     /// At a call's end: a call that ran past its deadline (inside a C function, which the hook
     /// cannot stop) trips the time limit as if the hook had seen it.
     pub(super) fn trip_if_past_deadline(&self) {
@@ -75,19 +94,7 @@ pub(super) unsafe extern "C-unwind" fn limit_hook(
         // SAFETY: `LIMITS` points at the running child's `Limits` while a call is armed, and is
         // reset before that child is dropped; the hook runs on the child's own thread.
         let lim = unsafe { &*p };
-        if lim.tripped.get() != Trip::None {
-            return lim.tripped.get();
-        }
-        let interrupt = lim.interrupt.get();
-        // SAFETY: the interrupt flag belongs to the call being run, alive while it is armed.
-        if !interrupt.is_null() && unsafe { (*interrupt).load(Ordering::Relaxed) } {
-            lim.tripped.set(Trip::Cancel);
-        } else if lim.stop.load(Ordering::Relaxed) {
-            lim.tripped.set(Trip::Closed);
-        } else if lim.deadline.get().is_some_and(|d| Instant::now() >= d) {
-            lim.tripped.set(Trip::Time);
-        }
-        lim.tripped.get()
+        lim.check()
     });
     let msg: &'static str = match trip {
         Trip::None => return,
@@ -123,18 +130,7 @@ pub(crate) fn call_must_stop() -> bool {
         // SAFETY: as in `limit_hook`: set only while a call is armed on this thread, which is the
         // thread asking.
         let lim = unsafe { &*p };
-        if lim.tripped.get() == Trip::None {
-            let interrupt = lim.interrupt.get();
-            // SAFETY: the interrupt flag belongs to the armed call, alive while it is armed.
-            if !interrupt.is_null() && unsafe { (*interrupt).load(Ordering::Relaxed) } {
-                lim.tripped.set(Trip::Cancel);
-            } else if lim.stop.load(Ordering::Relaxed) {
-                lim.tripped.set(Trip::Closed);
-            } else if lim.deadline.get().is_some_and(|d| Instant::now() >= d) {
-                lim.tripped.set(Trip::Time);
-            }
-        }
-        lim.tripped.get() != Trip::None
+        lim.check() != Trip::None
     })
 }
 
