@@ -112,8 +112,9 @@ pub(super) unsafe extern "C-unwind" fn limit_hook(
     }
 }
 
-/// Whether a call (or `init`) is armed on this thread: a wait here is a pool state's, which the
-/// call's stop test ends ([`call_must_stop`]); elsewhere it is the host's.
+/// Whether this thread runs a pool state's call (or `init`): a wait here is a pool state's, which
+/// the call's stop test ends ([`call_must_stop`]); elsewhere it is the host's. (In a pool without
+/// a `time_limit` the worker's thread keeps `LIMITS` set between calls, when nothing reads it.)
 pub(crate) fn call_armed() -> bool {
     LIMITS.with(|c| !c.get().is_null())
 }

@@ -222,6 +222,9 @@ impl Child {
                 )
             };
             self.hooked = true;
+        } else {
+            // no hook reads it between calls: a channel's wait finds the running call's flags
+            LIMITS.with(|l| l.set(&*self.limits));
         }
         Ok(())
     }
@@ -439,20 +442,27 @@ end
         tripped || rc == ffi::LUA_ERRMEM
     }
 
-    /// Arms the call's limits, also without a hook: a channel's wait reads them (see
-    /// `limits::call_must_stop`).
+    /// Arms the call's limits. Without a hook only the call's flags are set: `LIMITS` points at
+    /// this child's limits for good (see `configure`), which a channel's wait reads
+    /// (`limits::call_must_stop`), so a call pays for no thread-local access.
     fn arm(&mut self, call: &Call) {
         let lim = &*self.limits;
-        lim.deadline
-            .set(crate::call::deadline_after(self.time_limit));
         lim.interrupt.set(&call.interrupt);
         lim.tripped.set(Trip::None);
+        if !self.hooked {
+            return;
+        }
+        lim.deadline
+            .set(crate::call::deadline_after(self.time_limit));
         LIMITS.with(|l| l.set(lim));
     }
 
     fn disarm(&mut self) {
-        LIMITS.with(|l| l.set(std::ptr::null()));
         self.limits.interrupt.set(std::ptr::null());
+        if !self.hooked {
+            return;
+        }
+        LIMITS.with(|l| l.set(std::ptr::null()));
     }
 
     /// Loads `chunk` unless this state has it. Returns whether the state keeps it: a version
