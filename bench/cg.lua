@@ -15,6 +15,9 @@
 --   dict_set   dict:set(key, value) of a short string over the same keys
 --   dict_evict dict:set(key, value) of a new key each time in a full 64 KiB dictionary of 16
 --              shards: each set evicts the least recently used entry
+--   chan_pingpong  a number to a state and back over two vmpool.channel (one round trip)
+--   chan_to_host   a number pushed by a state, popped by the host (one message)
+--   chan_stream    a number yielded by pool:stream's function, read by the for loop (one item)
 --
 -- Usage: lua bench/cg.lua --kind=invoke --n=2000
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
@@ -153,6 +156,36 @@ elseif kind == "dict_evict" then
     for _ = 1, count do
       next_key = next_key + 1
       if not dict:set(keys[next_key], value) then error("wrong result") end
+    end
+  end
+elseif kind == "chan_pingpong" or kind == "chan_to_host" or kind == "chan_stream" then
+  pool:compile("ch", B.CHANNEL_SCRIPT)
+  local runs = 0
+  run = function(count)
+    runs = runs + 1
+    local a, b = "cg-a-" .. runs, "cg-b-" .. runs
+    if kind == "chan_pingpong" then
+      local inp, out = vmpool.channel(a), vmpool.channel(b)
+      local fut = pool:submit("ch", "echo", a, b)
+      for i = 1, count do
+        inp:push(i)
+        if out:pop() ~= i then error("wrong result") end
+      end
+      inp:push(false)
+      fut:wait()
+    elseif kind == "chan_to_host" then
+      local c = vmpool.channel(a)
+      local fut = pool:submit("ch", "produce", a, count)
+      for i = 1, count do
+        if c:pop() ~= i then error("wrong result") end
+      end
+      fut:wait()
+    else
+      local k = 0
+      for i in pool:stream("ch", "items", count) do
+        k = k + 1
+        if i ~= k then error("wrong result") end
+      end
     end
   end
 else

@@ -276,6 +276,21 @@ local function peers_jobs()
   return jobs, { dir = PEERS, presence = presence }
 end
 
+--- The channels benchmark's jobs (bench/channels.lua): vmpool on every runtime, and each peer where
+--- it loads (the same presence as the peers benchmark's).
+local function channels_jobs(presence)
+  local jobs = {}
+  for _, lua in ipairs(RUNTIMES) do
+    jobs[#jobs + 1] = { key = "channels:vmpool:" .. lua, kind = "channels", lib = "vmpool", lua = lua }
+    for _, lib in ipairs { "lanes", "effil" } do
+      if presence[lua] and presence[lua][lib] == "present" then
+        jobs[#jobs + 1] = { key = "channels:" .. lib .. ":" .. lua, kind = "channels", lib = lib, lua = lua }
+      end
+    end
+  end
+  return jobs
+end
+
 --- micro ------------------------------------------------------------------------------------------
 
 local function micro_jobs()
@@ -291,6 +306,10 @@ end
 local function run_micro_job(job)
   if job.kind == "pingpong" then
     return measure { argv = { OUT .. "/bin/pingpong", tostring(PINGPONG_N) }, cpus = job.cpus }
+  end
+  if job.kind == "channels" then
+    local argv = { job.lua, "bench/channels.lua", "--lib=" .. job.lib, "--scale=" .. MICRO_SCALE }
+    return measure { argv = argv, cpus = 2, cpath = module_dir(job.lua, "rock"), peers = peers_dir(job.lua) }
   end
   if job.kind == "peers" then
     local argv = { job.lua, "bench/peers.lua", "--lib=" .. job.lib, "--scale=" .. MICRO_SCALE, "--cpus=" .. job.cpus }
@@ -309,6 +328,7 @@ local function suite_micro()
   -- the peers in the same interleaved repetitions, so their ratios to vmpool are paired
   local pjobs, peers = peers_jobs()
   for _, j in ipairs(pjobs) do jobs[#jobs + 1] = j end
+  for _, j in ipairs(channels_jobs(peers.presence)) do jobs[#jobs + 1] = j end
   local runs, errors = {}, {}
   local total = REPS * #jobs
   local done = 0
@@ -322,9 +342,11 @@ local function suite_micro()
         table.insert(runs[job.key], res)
         local f = res.figures and res.figures.invoke
         local rt = res.figures and res.figures.round_trip
+        local pp = res.figures and res.figures.pingpong
         progress("[micro %d/%d] %-16s rep %d: %s", done, total, job.key, r,
           f and string.format("invoke %.2f us", f.us) or
           rt and string.format("round trip %.2f us", rt.us) or
+          pp and string.format("channel ping-pong %.2f us", pp.us) or
           res.absent and ("absent: " .. res.absent) or
           string.format("mpsc %.2f us", res.mpsc_us or 0))
       else
@@ -420,7 +442,7 @@ end
 --- callgrind --------------------------------------------------------------------------------------
 
 local CG_DIR = OUT .. "/callgrind"
-local CG_KINDS = { "direct", "invoke", "echo10", "co_invoke" }
+local CG_KINDS = { "direct", "invoke", "echo10", "co_invoke", "chan_pingpong", "chan_to_host", "chan_stream" }
 
 --- Runs cg.lua under callgrind (one CPU: no spinning, so the counts are the work of the calls, not
 --- of waiting); returns { host = Ir, pool = Ir, files = {host file, pool files...} }.

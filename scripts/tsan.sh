@@ -18,7 +18,7 @@ triple=x86_64-unknown-linux-gnu
 export RUSTC_BOOTSTRAP=1
 export RUSTFLAGS="-Zsanitizer=thread -Cunsafe-allow-abi-mismatch=sanitizer"
 echo "== tsan: building"
-tests="concurrency limits pool_bookkeeping shared_threads channel_threads"
+tests="concurrency limits pool_bookkeeping shared_threads channel_threads channel_model"
 args=""
 for t in $tests; do args="$args --test $t"; done
 cargo test --quiet --locked --target $triple --target-dir target/tsan $args --no-run

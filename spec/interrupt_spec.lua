@@ -118,6 +118,27 @@ describe("Ctrl-C while the host waits", function()
     assert.matches("next\t8", out)
   end)
 
+  -- one interrupt per interpreter: lua.c's handler restores the default action until its next
+  -- chunk, so a second Ctrl-C in the same chunk ends the process
+  for _, case in ipairs { { "channel:pop", "c:pop()" }, { "vmpool.select", "vmpool.select({ c })" } } do
+    it("ends " .. case[1] .. " blocking the host, and nothing is taken", function()
+      local out, status = run([[
+        local vmpool = require "vmpool"
+        local c = vmpool.channel("interrupted")
+        local fut = pool:submit("c", "interrupt_host", true)
+        local ok, err = pcall(function() return ]] .. case[2] .. [[ end)
+        caught()
+        print("first", ok, err, gave_up(), fut:wait())
+        c:push("after")
+        print("next", c:pop(), c:len())
+      ]])
+      assert.equal(0, status, out)
+      assert.matches("first\tfalse\tvmpool: interrupted while " .. case[1]:gsub("%p", "%%%0")
+        .. " was waiting %(nothing was sent or taken%): interrupted!\tfalse\t7", out)
+      assert.matches("next\tafter\t0", out)
+    end)
+  end
+
   it("ends a blocked pool:map, and the pool keeps working", function()
     local out, status = run [[
       local ok, err = pcall(pool.map, pool, "c", "interrupt_host", { true })

@@ -81,6 +81,10 @@ pub struct CallData {
     /// A [`Job::Map`] batch: how many items ran to the end, whose results are in `buf` (or, for
     /// a batch that failed at an item, in `data.buf` under the error).
     pub items_done: u32,
+    /// `pool:stream`'s channel (a `channel::Channel`, typed loosely so that `call` does not
+    /// depend on `channel`, which uses calls as its watchers): the call's top-level
+    /// `coroutine.yield`s push onto it, and it is closed when the call ends (`channel/stream.rs`).
+    pub stream: Option<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 pub struct Call {
@@ -122,6 +126,7 @@ impl Default for Call {
                 acquire_deadline: None,
                 subscribers: Subscribers::None,
                 items_done: 0,
+                stream: None,
             }),
             result: UnsafeCell::new(None),
             submitted: AtomicU64::new(0),
@@ -164,6 +169,7 @@ impl Call {
         d.acquire_deadline = None;
         d.subscribers = Subscribers::None;
         d.items_done = 0;
+        d.stream = None;
     }
 
     #[inline]

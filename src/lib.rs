@@ -33,6 +33,9 @@
 //! - [`histogram`] and [`clock`]: the pools' latency figures (`pool:stats()`'s `wait` and `run`),
 //!   recorded by the workers without a lock; [`metrics`] writes them, the counts and the shared
 //!   dictionaries as Prometheus text (`vmpool.metrics()`).
+//! - [`channel`]: `vmpool.channel` and `vmpool.select`, bounded FIFOs of messages between the
+//!   host and the states (Lua side: `host/channel_api.rs`); a coroutine that waits on one is woken
+//!   through the same completion queues as calls.
 //! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
 //!   check at load time, and fork detection.
 //!

@@ -13,6 +13,25 @@ function echo(...) return ... end
 ]]
 M.INIT = [[function goSayHello(greeting, text) return greeting .. ", " .. text end]]
 M.CHUNK = "test.lua"
+-- The channel benchmarks' chunk (bench/channels.lua, bench/cg.lua's chan_* kinds): echo(a, b)
+-- answers each message of channel a on channel b until a false one; produce(name, n) pushes 1..n;
+-- items(n) streams 1..n.
+M.CHANNEL_SCRIPT = [[
+local vmpool = require "vmpool"
+function echo(a, b)
+  local i, o = vmpool.channel(a), vmpool.channel(b)
+  while true do
+    local v = i:pop()
+    if not v then return end
+    o:push(v)
+  end
+end
+function produce(name, n)
+  local c = vmpool.channel(name)
+  for i = 1, n do c:push(i) end
+end
+function items(n) for i = 1, n do coroutine.yield(i) end end
+]]
 
 -- The same functions in the host, for the direct-call baseline.
 function M.host_functions()

@@ -28,7 +28,7 @@ local function counts_table(cg)
   for _, lua in ipairs { "lua5.1", "lua5.4", "lua5.5", "luajit" } do
     if cg.per_call[lua] then rts[#rts + 1] = lua end
   end
-  for _, kind in ipairs { "direct", "invoke", "echo10", "co_invoke" } do
+  for _, kind in ipairs { "direct", "invoke", "echo10", "co_invoke", "chan_pingpong", "chan_to_host", "chan_stream" } do
     for _, lua in ipairs(rts) do
       local f = cg_fig(lua, kind)
       if f then

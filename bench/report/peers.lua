@@ -112,6 +112,67 @@ local function versions(micro, rts)
   return #parts > 0 and table.concat(parts, ", ") or "versions not reported"
 end
 
+-- the figures of bench/channels.lua
+local CHANNEL_FIGURES = {
+  { label = "channel ping-pong host ↔ state, µs per round trip",
+    value = function(f) return f.pingpong and f.pingpong.us end, fmt = t },
+  { label = "messages/s, one state to the host",
+    value = function(f) return f.to_host and f.to_host.us > 0 and 1e6 / f.to_host.us or nil end,
+    fmt = function(v) return num(v, 0) end },
+  { label = "stream items/s (vmpool only)",
+    value = function(f) return f.stream and f.stream.us > 0 and 1e6 / f.stream.us or nil end,
+    fmt = function(v) return num(v, 0) end },
+}
+
+--- Channels (bench/channels.lua): vmpool on every runtime, the peers where they loaded, paired by
+--- repetition as above.
+local function channels(micro)
+  local key = function(lib, lua) return "channels:" .. lib .. ":" .. lua end
+  local rows = {}
+  for _, lua in ipairs(micro.settings.runtimes or {}) do
+    if #(micro.runs[key("vmpool", lua)] or {}) > 0 then
+      for _, fig in ipairs(CHANNEL_FIGURES) do
+        local function summary(lib)
+          local xs = {}
+          for _, r in ipairs(micro.runs[key(lib, lua)] or {}) do xs[#xs + 1] = r.figures and fig.value(r.figures) end
+          return B.summary(xs)
+        end
+        local function ratio(lib)
+          local mine, xs = {}, {}
+          for _, r in ipairs(micro.runs[key("vmpool", lua)] or {}) do
+            if r.rep and r.figures then mine[r.rep] = fig.value(r.figures) end
+          end
+          for _, r in ipairs(micro.runs[key(lib, lua)] or {}) do
+            local a, b = r.figures and fig.value(r.figures), r.rep and mine[r.rep]
+            if a and b and b > 0 then xs[#xs + 1] = a / b end
+          end
+          return B.summary(xs)
+        end
+        local row = { fig.label, RUNTIME_LABEL[lua] or lua, mmm(summary("vmpool"), fig.fmt) }
+        for _, p in ipairs(PEERS) do
+          local s = summary(p.id)
+          row[#row + 1] = s and mmm(s, fig.fmt) or "–"
+          local r = s and ratio(p.id)
+          row[#row + 1] = r and mmm(r, x) or "–"
+        end
+        rows[#rows + 1] = row
+      end
+    end
+  end
+  if #rows == 0 then
+    w("*Channels: not measured in this run (`bench/channels.lua`, run by the micro suite).*")
+    w("")
+    return
+  end
+  w("**Channels** (`bench/channels.lua`): a host ↔ worker ping-pong over two channels (vmpool: " ..
+    "`vmpool.channel` in the host and a state; Lanes: one linda, two keys; effil: two `effil.channel`), " ..
+    "small messages from one worker to the host as fast as they go, and `pool:stream` items into a " ..
+    "generic `for` (vmpool only). Median of the runs [min–max]; **× vmpool** as above (for messages/s " ..
+    "below 1× means fewer).")
+  w("")
+  table_md({ "figure", "runtime", "vmpool", "Lua Lanes", "Lanes × vmpool", "effil", "effil × vmpool" }, rows)
+end
+
 local function section()
   local micro = R.micro
   if not micro then
@@ -119,6 +180,7 @@ local function section()
     w("")
     return
   end
+  channels(micro)
   local rts = measured_runtimes(micro)
   local absent = missing(micro)
   if #rts == 0 then

@@ -123,6 +123,9 @@ local CG_KIND_LABEL = {
   invoke = "blocking `pool:invoke` (helloLua)",
   echo10 = "`pool:invoke` echo of a 10-field table",
   co_invoke = "`pool:co_invoke`, 100 coroutines",
+  chan_pingpong = "channel ping-pong host ↔ state (one round trip)",
+  chan_to_host = "channel message from a state to the host",
+  chan_stream = "`pool:stream` item",
 }
 
 local function cg_fig(lua, kind)

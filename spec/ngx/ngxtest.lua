@@ -20,6 +20,13 @@ function M.sleep(seconds)
 end
 function M.fail_at(x) if x == 3 then error("three") end return x end
 function M.nice() return NICE(), POLICY() end
+function M.doubles(inp, out, n)
+  local vmpool = require "vmpool"
+  local i, o = vmpool.channel(inp), vmpool.channel(out)
+  for _ = 1, n do o:push(i:pop() * 2) end
+  return true
+end
+function M.count(n) for i = 1, n do coroutine.yield(i) end end
 return M
 ]]
 
@@ -159,6 +166,40 @@ function T.timer()
     ngx.shared.vmpool_test:set(key, tostring(r1) .. " " .. r2)
   end)
   ngx.say(ok and "started" or err)
+end
+
+-- channels, select and a stream in a request: each wait yields the request (a light thread pops
+-- while the main thread pushes into a channel of capacity 1, so both sides wait in turn; if a
+-- wait blocked the worker instead, the popper would time out before the first push)
+function T.chan()
+  local n = tonumber(ngx.var.arg_n) or 100
+  local id = ngx.var.arg_id
+  local c = vmpool.channel("ngx-chan-" .. id, { capacity = 1 })
+  local popper = ngx.thread.spawn(function()
+    local sum = 0
+    for _ = 1, n do sum = sum + assert(c:pop(5)) end
+    return sum
+  end)
+  for i = 1, n do assert(c:push(i)) end
+  local _, popped = ngx.thread.wait(popper)
+  -- a state serving two channels while the request talks to it
+  local iname, oname = "ngx-in-" .. id, "ngx-out-" .. id
+  local inp, out = vmpool.channel(iname, { capacity = 1 }), vmpool.channel(oname, { capacity = 1 })
+  local fut = T.pool():submit("t", "doubles", iname, oname, n)
+  local feeder = ngx.thread.spawn(function() for i = 1, n do inp:push(i) end end)
+  local doubled = 0
+  for _ = 1, n do doubled = doubled + out:pop(5) end
+  ngx.thread.wait(feeder)
+  assert(vmpool.ngx.wait(fut, 5))
+  -- select: the channel a light thread pushes to, then a timeout
+  local a, b = vmpool.channel("ngx-a-" .. id), vmpool.channel("ngx-b-" .. id)
+  ngx.thread.spawn(function() b:push("hi") end)
+  local ch, v = vmpool.select({ a, b }, 5)
+  local _, why = vmpool.select({ a, b }, 0.01)
+  -- a stream
+  local streamed = 0
+  for i in T.pool():stream("t", "count", n) do streamed = streamed + i end
+  ngx.say(popped, " ", doubled, " ", ch == b and "b" or "a", ":", v, " ", why, " ", streamed)
 end
 
 -- co_invoke where nginx cannot yield: returns the error message (one line)

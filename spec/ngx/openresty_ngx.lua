@@ -54,6 +54,15 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     end
   end)
 
+  it("yields a request waiting on channels, select and a stream, and the waits meet", function()
+    for id = 1, 3 do
+      local status, body = H.get(tport, "/chan?n=100&id=" .. id)
+      assert.are.equal(200, status, body)
+      assert.are.equal("5050 10100 b:hi timeout 5050\n", body)
+    end
+    assert_clean_log(nginx)
+  end)
+
   it("serves the example's results and errors over HTTP", function()
     local status, body = H.get(port, "/hello?name=you")
     assert.are.equal(200, status)

@@ -8,13 +8,25 @@
 //! gives up (timeout, cancel) after being woken passes its wake-up on, so none is lost. Only
 //! `close()` wakes everyone. A wait polls its caller's `stop` test every `POLL_SLICE`, which is
 //! how a state's `time_limit`, `fut:cancel()`, `pool:close()` and the host's Ctrl-C end it.
+//!
+//! Besides threads on the condvars, a side has *watchers*: call records (`call.rs`) that a
+//! scheduler's coroutine or a `select` waits on (`watch.rs`). Waking one finishes its record, which
+//! posts its token to the scheduler's completion queue like a finished call; when threads and
+//! watchers both wait, wake-ups alternate between them. A woken watcher retries the operation.
+
+pub mod select;
+pub mod stream;
+pub mod timer;
+pub mod watch;
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
+use crate::call::{Call, Outcome, CLAIMED, NEW};
 use crate::Error;
 
 /// `capacity` (messages) when the options do not give one.
@@ -23,6 +35,13 @@ pub const DEFAULT_CAPACITY: usize = 1024;
 pub const DEFAULT_BYTES: usize = 16 << 20;
 /// How often a wait re-checks its caller's `stop` test.
 pub const POLL_SLICE: Duration = Duration::from_millis(10);
+/// A thread that would wait spins this long at most first (adaptively, `spin.rs`): the other side
+/// of a ping-pong usually answers within a few µs, and a futex wake-up costs 5-30 µs.
+const CHANNEL_SPIN: Duration = Duration::from_micros(50);
+
+thread_local! {
+    static SPIN: crate::spin::AdaptiveSpin = crate::spin::AdaptiveSpin::new(CHANNEL_SPIN, false);
+}
 
 /// What `vmpool.channel` was asked for; `None` = not given.
 #[derive(Debug, Default, Clone, Copy)]
@@ -44,10 +63,37 @@ pub enum Fail {
     TooLarge,
 }
 
+/// Which side of a channel a waiter waits on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// Waits for a message.
+    Pop,
+    /// Waits for room.
+    Push,
+}
+
 struct Queue {
     msgs: VecDeque<Vec<u8>>,
     bytes: usize,
     closed: bool,
+    /// Watchers waiting for a message / for room, oldest first (records already finished, by a
+    /// timer or another channel of a `select`, are skipped when met).
+    pop_watch: VecDeque<Arc<Call>>,
+    push_watch: VecDeque<Arc<Call>>,
+    /// Threads waiting on `not_empty` / `not_full`.
+    pop_threads: usize,
+    push_threads: usize,
+    /// Alternates wake-ups between threads and watchers when both wait.
+    turn: bool,
+}
+
+/// Finishes a watcher's record unless something else (a timer, another channel) did first.
+fn ready(call: &Call) -> bool {
+    if call.transition(NEW, CLAIMED) {
+        call.finish(Outcome::Ok);
+        return true;
+    }
+    false
 }
 
 /// One bounded FIFO.
@@ -56,6 +102,8 @@ pub struct Channel {
     capacity: usize,
     max_bytes: usize,
     q: Mutex<Queue>,
+    /// Moves at every push, pop and close (under the lock): what a spinning waiter watches.
+    version: AtomicU64,
     not_empty: Condvar,
     not_full: Condvar,
     /// `sys::fork_generation()` when it was created.
@@ -73,7 +121,13 @@ impl Channel {
                 msgs: VecDeque::new(),
                 bytes: 0,
                 closed: false,
+                pop_watch: VecDeque::new(),
+                push_watch: VecDeque::new(),
+                pop_threads: 0,
+                push_threads: 0,
+                turn: false,
             }),
+            version: AtomicU64::new(0),
             not_empty: Condvar::new(),
             not_full: Condvar::new(),
             generation: crate::sys::fork_generation(),
@@ -131,6 +185,8 @@ impl Channel {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut q = self.q.lock();
         let mut woken = false;
+        let mut spun = false;
+        let mut parked = None;
         loop {
             if q.closed {
                 return Err((Fail::Closed, msg));
@@ -138,15 +194,22 @@ impl Channel {
             if self.has_room(&q, msg.len()) {
                 q.bytes += msg.len();
                 q.msgs.push_back(msg);
+                self.version.fetch_add(1, Ordering::Release);
                 // room may remain for the next pusher we were woken ahead of
                 if woken && self.has_room(&q, 0) {
-                    self.not_full.notify_one();
+                    self.wake_one(&mut q, Side::Push);
                 }
-                drop(q);
-                self.not_empty.notify_one();
+                self.wake_one(&mut q, Side::Pop);
+                observed(parked);
                 return Ok(());
             }
-            let fail = match wait(&self.not_full, &mut q, deadline, stop) {
+            if self.spun_and_changed(&mut q, timeout, &mut spun, &mut parked) {
+                continue;
+            }
+            q.push_threads += 1;
+            let waited = wait(&self.not_full, &mut q, deadline, stop);
+            q.push_threads -= 1;
+            let fail = match waited {
                 Ok(w) => {
                     woken = w;
                     continue;
@@ -155,7 +218,7 @@ impl Channel {
             };
             // giving up: a wake-up meant for this waiter goes to the next one
             if q.closed || self.has_room(&q, 0) {
-                self.not_full.notify_one();
+                self.wake_one(&mut q, Side::Push);
             }
             return Err((fail, msg));
         }
@@ -166,43 +229,191 @@ impl Channel {
     pub fn pop(&self, timeout: Option<Duration>, stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Fail> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut q = self.q.lock();
+        let mut spun = false;
+        let mut parked = None;
         loop {
-            if let Some(m) = q.msgs.pop_front() {
-                q.bytes -= m.len();
-                let more = !q.msgs.is_empty();
-                drop(q);
-                self.not_full.notify_one();
-                if more {
-                    // another popper may be waiting behind a push that woke only us
-                    self.not_empty.notify_one();
-                }
+            if let Some(m) = self.take(&mut q) {
+                observed(parked);
                 return Ok(m);
             }
             if q.closed {
                 return Err(Fail::Closed);
             }
-            if let Err(f) = wait(&self.not_empty, &mut q, deadline, stop) {
+            if self.spun_and_changed(&mut q, timeout, &mut spun, &mut parked) {
+                continue;
+            }
+            q.pop_threads += 1;
+            let waited = wait(&self.not_empty, &mut q, deadline, stop);
+            q.pop_threads -= 1;
+            if let Err(f) = waited {
                 if !q.msgs.is_empty() || q.closed {
-                    self.not_empty.notify_one();
+                    self.wake_one(&mut q, Side::Pop);
                 }
                 return Err(f);
             }
         }
     }
 
+    /// Before a thread's first wait (once, and not for a zero timeout): whether the channel
+    /// changed while it spun, so the caller tries again; if not, `parked` notes when it started.
+    fn spun_and_changed(
+        &self,
+        q: &mut parking_lot::MutexGuard<'_, Queue>,
+        timeout: Option<Duration>,
+        spun: &mut bool,
+        parked: &mut Option<crate::spin::Wait>,
+    ) -> bool {
+        if *spun || timeout == Some(Duration::ZERO) {
+            return false;
+        }
+        *spun = true;
+        match self.spin(q) {
+            Ok(()) => true,
+            Err(start) => {
+                *parked = Some(start);
+                false
+            }
+        }
+    }
+
+    /// Before a thread's first wait: spins (lock released, bounded, adaptive) until the channel
+    /// changes. `Ok` if it did (the caller tries again); else the wait's start, for `observed`
+    /// once the operation completes after parking (so the budget follows the real waits).
+    fn spin(&self, q: &mut parking_lot::MutexGuard<'_, Queue>) -> Result<(), crate::spin::Wait> {
+        let seen = self.version.load(Ordering::Acquire);
+        parking_lot::MutexGuard::unlocked(q, || {
+            SPIN.with(|spin| {
+                let start = spin.start();
+                if spin.spin(start, || self.version.load(Ordering::Acquire) != seen) {
+                    spin.observe(start);
+                    return Ok(());
+                }
+                Err(start)
+            })
+        })
+    }
+
+    /// The oldest message, if any, waking a pusher (room) and, if more remain, another popper.
+    fn take(&self, q: &mut Queue) -> Option<Vec<u8>> {
+        let m = q.msgs.pop_front()?;
+        q.bytes -= m.len();
+        self.version.fetch_add(1, Ordering::Release);
+        self.wake_one(q, Side::Push);
+        if !q.msgs.is_empty() {
+            // another popper may be waiting behind a push that woke only us
+            self.wake_one(q, Side::Pop);
+        }
+        Some(m)
+    }
+
     /// Takes the oldest message if there is one, never waiting (the test `select` uses).
     pub fn try_pop(&self) -> Result<Vec<u8>, Fail> {
-        self.pop(Some(Duration::ZERO), &|| false)
+        self.pop_or_watch(None)
+    }
+
+    /// Takes the oldest message now; with none, answers `Closed` (closed and drained) or `Timeout`
+    /// after filing `watcher` (if given) to be finished when a message or `close()` comes.
+    pub fn pop_or_watch(&self, watcher: Option<&Arc<Call>>) -> Result<Vec<u8>, Fail> {
+        let mut q = self.q.lock();
+        if let Some(m) = self.take(&mut q) {
+            return Ok(m);
+        }
+        if q.closed {
+            return Err(Fail::Closed);
+        }
+        if let Some(w) = watcher {
+            q.pop_watch.push_back(w.clone());
+        }
+        Err(Fail::Timeout)
+    }
+
+    /// Appends `msg` now if there is room; otherwise gives it back with `Timeout` after filing
+    /// `watcher` (if given) to be finished when room or `close()` comes.
+    pub fn push_or_watch(
+        &self,
+        msg: Vec<u8>,
+        watcher: Option<&Arc<Call>>,
+    ) -> Result<(), (Fail, Vec<u8>)> {
+        if msg.len() > self.max_bytes {
+            return Err((Fail::TooLarge, msg));
+        }
+        let mut q = self.q.lock();
+        if q.closed {
+            return Err((Fail::Closed, msg));
+        }
+        if self.has_room(&q, msg.len()) {
+            q.bytes += msg.len();
+            q.msgs.push_back(msg);
+            self.version.fetch_add(1, Ordering::Release);
+            self.wake_one(&mut q, Side::Pop);
+            return Ok(());
+        }
+        if let Some(w) = watcher {
+            q.push_watch.push_back(w.clone());
+        }
+        Err((Fail::Timeout, msg))
+    }
+
+    /// Removes `watcher` from both sides' lists.
+    pub fn unwatch(&self, watcher: &Arc<Call>) {
+        let mut q = self.q.lock();
+        q.pop_watch.retain(|c| !Arc::ptr_eq(c, watcher));
+        q.push_watch.retain(|c| !Arc::ptr_eq(c, watcher));
+    }
+
+    /// A watcher woken for `side` that will not use its wake-up hands it on, if the side can
+    /// still proceed.
+    pub fn pass_on(&self, side: Side) {
+        let mut q = self.q.lock();
+        let can = match side {
+            Side::Pop => !q.msgs.is_empty() || q.closed,
+            Side::Push => q.closed || self.has_room(&q, 0),
+        };
+        if can {
+            self.wake_one(&mut q, side);
+        }
+    }
+
+    /// Wakes one waiter of `side`: a thread or a watcher, alternating when both wait.
+    fn wake_one(&self, q: &mut Queue, side: Side) {
+        q.turn = !q.turn;
+        let turn = q.turn;
+        let (list, threads, cv) = match side {
+            Side::Pop => (&mut q.pop_watch, q.pop_threads, &self.not_empty),
+            Side::Push => (&mut q.push_watch, q.push_threads, &self.not_full),
+        };
+        if threads == 0 || (!list.is_empty() && turn) {
+            while let Some(c) = list.pop_front() {
+                if ready(&c) {
+                    return;
+                }
+            }
+        }
+        if threads > 0 {
+            cv.notify_one();
+        }
     }
 
     /// Pushes fail from now on; pops drain what is queued, then answer `Closed`. Wakes every
     /// waiter on both sides. Idempotent.
     pub fn close(&self) {
-        let mut q = self.q.lock();
+        let mut guard = self.q.lock();
+        let q = &mut *guard;
         q.closed = true;
-        drop(q);
+        self.version.fetch_add(1, Ordering::Release);
+        for c in q.pop_watch.drain(..).chain(q.push_watch.drain(..)) {
+            ready(&c);
+        }
+        drop(guard);
         self.not_empty.notify_all();
         self.not_full.notify_all();
+    }
+}
+
+/// A wait that spun, parked and then completed tells the spin how long it took.
+fn observed(parked: Option<crate::spin::Wait>) {
+    if let Some(start) = parked {
+        SPIN.with(|spin| spin.observe(start));
     }
 }
 

@@ -27,6 +27,25 @@ pub(super) struct Limits {
 }
 
 impl Limits {
+    /// What stops the armed call, if anything (cancel, the pool's stop, the deadline, in that
+    /// order), noted in `tripped`: the hook's check, and a channel wait's.
+    fn check(&self) -> Trip {
+        if self.tripped.get() != Trip::None {
+            return self.tripped.get();
+        }
+        let interrupt = self.interrupt.get();
+        // SAFETY: the interrupt flag belongs to the armed call, alive while it is armed (the
+        // callers run only then, on the call's thread).
+        if !interrupt.is_null() && unsafe { (*interrupt).load(Ordering::Relaxed) } {
+            self.tripped.set(Trip::Cancel);
+        } else if self.stop.load(Ordering::Relaxed) {
+            self.tripped.set(Trip::Closed);
+        } else if self.deadline.get().is_some_and(|d| Instant::now() >= d) {
+            self.tripped.set(Trip::Time);
+        }
+        self.tripped.get()
+    }
+
     /// At a call's end: a call that ran past its deadline (inside a C function, which the hook
     /// cannot stop) trips the time limit as if the hook had seen it.
     pub(super) fn trip_if_past_deadline(&self) {
@@ -76,19 +95,7 @@ pub(super) unsafe extern "C-unwind" fn limit_hook(
         // SAFETY: `LIMITS` points at the running child's `Limits` while a call is armed, and is
         // reset before that child is dropped; the hook runs on the child's own thread.
         let lim = unsafe { &*p };
-        if lim.tripped.get() != Trip::None {
-            return lim.tripped.get();
-        }
-        let interrupt = lim.interrupt.get();
-        // SAFETY: the interrupt flag belongs to the call being run, alive while it is armed.
-        if !interrupt.is_null() && unsafe { (*interrupt).load(Ordering::Relaxed) } {
-            lim.tripped.set(Trip::Cancel);
-        } else if lim.stop.load(Ordering::Relaxed) {
-            lim.tripped.set(Trip::Closed);
-        } else if lim.deadline.get().is_some_and(|d| Instant::now() >= d) {
-            lim.tripped.set(Trip::Time);
-        }
-        lim.tripped.get()
+        lim.check()
     });
     let msg: &'static str = match trip {
         Trip::None => return,
@@ -103,5 +110,48 @@ pub(super) unsafe extern "C-unwind" fn limit_hook(
         ffi::lua_sethook(l, Some(limit_hook), ffi::LUA_MASKCOUNT, 1);
         ffi::lua_pushlstring(l, msg.as_ptr() as *const c_char, msg.len());
         ffi::lua_error(l);
+    }
+}
+
+/// Whether this thread runs a pool state's call (or `init`): a wait here is a pool state's, which
+/// the call's stop test ends ([`call_must_stop`]); elsewhere it is the host's. (In a pool without
+/// a `time_limit` the worker's thread keeps `LIMITS` set between calls, when nothing reads it.)
+pub(crate) fn call_armed() -> bool {
+    LIMITS.with(|c| !c.get().is_null())
+}
+
+/// The stop test of a wait inside the armed call (a channel's): true once the call was cancelled,
+/// its pool stopped by a bounded close, or its time limit passed. It trips the limit as the hook
+/// does, so the call fails with the limit's error whatever Lua code makes of [`stop_error`].
+pub(crate) fn call_must_stop() -> bool {
+    LIMITS.with(|c| {
+        let p = c.get();
+        if p.is_null() {
+            return false;
+        }
+        // SAFETY: as in `limit_hook`: set only while a call is armed on this thread, which is the
+        // thread asking.
+        let lim = unsafe { &*p };
+        lim.check() != Trip::None
+    })
+}
+
+/// The error a wait stopped by [`call_must_stop`] raises. The hook is set to fire at the next
+/// instruction, as it does when it trips, so a `pcall` around the wait cannot carry on.
+pub(crate) fn stop_error(st: State) -> Error {
+    let trip = LIMITS.with(|c| {
+        let p = c.get();
+        // SAFETY: as in `call_must_stop`.
+        (!p.is_null()).then(|| unsafe { (*p).tripped.get() })
+    });
+    // SAFETY: installs our hook on the running state (its own thread); the hook reads only this
+    // thread's `LIMITS`, and the state is replaced after a tripped call.
+    unsafe { ffi::lua_sethook(st.as_ptr(), Some(limit_hook), ffi::LUA_MASKCOUNT, 1) };
+    match trip {
+        Some(Trip::Closed) => Error::Stopped,
+        Some(Trip::Time) => {
+            Error::BadArgument("time limit exceeded while waiting on a channel".into())
+        }
+        _ => Error::Cancelled,
     }
 }

@@ -31,6 +31,7 @@ use crate::state_heap::OwnedState;
 use crate::value::{self, Role};
 use crate::Error;
 use in_state::{forget_chunk, COLLECT, INSTALL, MESSAGE_HANDLER, TRAMPOLINE_FN};
+pub(crate) use limits::{call_armed, call_must_stop, stop_error};
 use limits::{limit_hook, Limits, Trip, HOOK_COUNT, LIMITS, LIMIT_TRIPPED};
 
 mod batch;
@@ -206,6 +207,12 @@ impl Child {
             return Err(Error::Spawn("no memory to set up the new state".into()));
         }
         st.push_globals();
+        // `coroutine.yield` at a stream call's top level pushes an item (`channel/stream.rs`)
+        if st.raw_get_str(-1, "coroutine") == TTABLE {
+            st.push_cclosure(crate::channel::stream::STREAM_YIELD, 0);
+            st.raw_set_str(-2, "yield");
+        }
+        st.pop(1);
         if st.raw_get_str(-1, "package") == TTABLE {
             if let Some(p) = &cfg.package_path {
                 st.push_bytes(p);
@@ -243,6 +250,10 @@ impl Child {
         self.run_init(cfg)?;
         // calls are limited by the watchdog, which sets the hook only when one is due
         self.hooked = cfg.time_limit.is_some();
+        if !self.hooked {
+            // no hook reads it between calls: a channel's wait finds the running call's flags
+            LIMITS.with(|l| l.set(&*self.limits));
+        }
         Ok(())
     }
 
@@ -376,14 +387,22 @@ end
         // Take what the call needs out of it and let go of its lock: the caller may need the
         // lock while the call runs (a scheduler subscribing to it, `cancel`). The chunk is moved
         // out and back, not cloned: its reference count is the host's to change (see `Chunk`).
-        let (job, chunk, mut buf) = {
+        let (job, chunk, mut buf, stream) = {
             let mut data = call.data.lock();
             std::mem::swap(&mut self.func, &mut data.func);
             if !data.protos.is_empty() {
                 take_protos(&mut self.protos, &mut data.protos);
             }
-            (data.job, data.chunk.take(), std::mem::take(&mut data.buf))
+            let stream = data.stream.take().and_then(|s| s.downcast().ok());
+            (
+                data.job,
+                data.chunk.take(),
+                std::mem::take(&mut data.buf),
+                stream,
+            )
         };
+        // a stream's channel is this thread's until the call ends, then closed
+        let _stream = crate::channel::stream::Scope::enter(stream, call_must_stop, stop_error);
         if job == Job::Collect {
             let replace = self.collect(call);
             let mut data = call.data.lock();
@@ -496,15 +515,18 @@ end
         tripped || rc == ffi::LUA_ERRMEM
     }
 
+    /// Arms the call's limits. Without a hook only the call's flags are set: `LIMITS` points at
+    /// this child's limits for good (see `configure`), which a channel's wait reads
+    /// (`limits::call_must_stop`), so a call pays for no thread-local access.
     fn arm(&mut self, call: &Call) {
+        let lim = &*self.limits;
+        lim.interrupt.set(&call.interrupt);
+        lim.tripped.set(Trip::None);
         if !self.hooked {
             return;
         }
-        let lim = &*self.limits;
         let deadline = crate::call::deadline_after(self.time_limit);
         lim.deadline.set(deadline);
-        lim.interrupt.set(&call.interrupt);
-        lim.tripped.set(Trip::None);
         LIMITS.with(|l| l.set(lim));
         if let Some((_, slot)) = &self.watch {
             slot.arm(self.st.as_ptr(), deadline, &call.interrupt, &lim.stop);
@@ -512,6 +534,7 @@ end
     }
 
     fn disarm(&mut self) {
+        self.limits.interrupt.set(std::ptr::null());
         if !self.hooked {
             return;
         }
@@ -519,7 +542,6 @@ end
             slot.disarm();
         }
         LIMITS.with(|l| l.set(std::ptr::null()));
-        self.limits.interrupt.set(std::ptr::null());
     }
 
     /// Loads `chunk` unless this state has it. Returns whether the state keeps it: a version

@@ -80,8 +80,20 @@ impl HostWait {
     /// this thread's hook changed and nothing raised (a hook set for another reason): the caller
     /// waits again.
     pub fn interrupt_error(&self, doing: &str) -> Option<Error> {
+        self.interrupted(&format!(
+            "{doing} waited for a call, which goes on in the pool"
+        ))
+    }
+
+    /// [`HostWait::interrupt_error`] for a wait that is not a call's (a channel's): `doing` says
+    /// what was interrupted.
+    pub fn interrupt_error_for(&self, doing: &str) -> Option<Error> {
+        self.interrupted(&format!("{doing} was waiting (nothing was sent or taken)"))
+    }
+
+    fn interrupted(&self, doing: &str) -> Option<Error> {
         let st = self.st;
-        let doing = || format!("{doing} waited for a call, which goes on in the pool");
+        let doing = || doing.to_string();
         match protected(st, 0, doing, &mut |_| 0) {
             Err(e) => Some(e),
             Ok(_) if self.mark.is_some_and(|m| m.main_changed(&st.hook_mark())) => {

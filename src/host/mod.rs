@@ -8,6 +8,7 @@
 
 pub mod call_cache;
 pub mod call_io;
+pub mod channel_api;
 #[cfg(feature = "count-alloc")]
 pub mod count_alloc;
 pub mod dict_api;
@@ -125,6 +126,26 @@ const FUNCTIONS: Methods = &[
     ("_map", map_api::new_map),
     ("_yieldable", yieldable::yieldable),
     ("_function_cache", function_cache),
+    ("_channel", channel_api::channel),
+    ("_chan_push", channel_api::push),
+    ("_chan_pop", channel_api::pop),
+    ("_chan_push_or_wait", channel_api::push_or_wait),
+    ("_chan_pop_or_wait", channel_api::pop_or_wait),
+    ("_chan_close", channel_api::close),
+    ("_chan_len", channel_api::len),
+    ("_chan_capacity", channel_api::capacity),
+    ("_chan_is_closed", channel_api::is_closed),
+    ("_chan_name", channel_api::chan_name),
+    ("_chan_gc", channel_api::channel_gc),
+    ("_chan_eq", channel_api::chan_eq),
+    ("_select", channel_api::select_blocking),
+    ("_select_or_wait", channel_api::select_or_wait),
+    ("_waiter", channel_api::waiter),
+    ("_stream", channel_api::stream),
+    ("_waiter_subscribe", channel_api::waiter_subscribe),
+    ("_waiter_unsubscribe", channel_api::waiter_unsubscribe),
+    ("_waiter_ready", channel_api::waiter_ready),
+    ("_waiter_gc", channel_api::waiter_gc),
 ];
 
 crate::lua_function!(fn function_cache => function_cache_impl);

@@ -412,7 +412,10 @@ fn gc_impl(st: State) -> Result<c_int, Error> {
 }
 
 /// The notifier and token of `fut:METHOD(notifier, token)` (arguments 2 and 3).
-fn notifier_and_token<'a>(st: State, method: &str) -> Result<(&'a mut NotifierHandle, u64), Error> {
+pub(crate) fn notifier_and_token<'a>(
+    st: State,
+    method: &str,
+) -> Result<(&'a mut NotifierHandle, u64), Error> {
     let handle = userdata::get::<NotifierHandle>(st, 2)
         .and_then(|b| b.get())
         .ok_or_else(|| {

@@ -213,6 +213,7 @@ add_loop {
   drives = cqueues_running,
   co_invoke = co_invoke,
   co_map = co_map,
+  await = wait_for, -- a channel operation's waiter (src/lua/vmpool.lua)
 }
 
 local check_future = shared.check_future

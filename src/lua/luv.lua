@@ -303,6 +303,8 @@ add_loop {
   drives = function(co) return co, driven[co] == true end,
   co_invoke = co_invoke,
   co_map = co_map,
+  -- a channel operation's waiter (src/lua/vmpool.lua): resumed early, the operation tries again
+  await = function(co, w) wait_for(co, w, w._unsubscribe) end,
 }
 
 local check_future = shared.check_future

@@ -451,6 +451,42 @@ local function host_co_map(pool, chunk, fn, list, options)
   error(phase_error("pool:co_map", phase), 0)
 end
 
+-- A channel operation's wait (src/lua/vmpool.lua): the request sleeps until the waiter is ready
+-- (a channel woke it, the channel closed, or its deadline passed). Each sleep is bounded by a
+-- day, since ngx.semaphore needs a timeout; one that ends so just returns, and the operation
+-- tries again and files a new wait.
+local CHANNEL_SLICE = 86400
+
+local function channel_await(w, target)
+  local notifier = w.notifier
+  local token = notifier:_token()
+  if target:_subscribe(notifier, token) then
+    local why = sleep_on(w, token, CHANNEL_SLICE)
+    if why then
+      error(why, 0) -- the light thread failed
+    end
+  end
+end
+
+-- How a channel operation waits here: (channel_await, worker) in a phase that yields; nil where
+-- the worker blocks (init phases, or the light thread is gone); an error elsewhere.
+local function host_await_place(what)
+  local phase = get_phase()
+  if YIELDS[phase] then
+    local w = W
+    if w == nil or w.pid ~= worker_pid() then
+      w = worker()
+    end
+    if w.light_thread ~= RUNNING and not ensure_light_thread(w) then
+      return nil
+    end
+    return channel_await, w
+  elseif BLOCKS[phase] then
+    return nil
+  end
+  error(phase_error(what, phase), 0)
+end
+
 --- vmpool.ngx.wait(fut [, timeout]): waits for a future from pool:submit, yielding the request
 --- (or blocking in init phases); returns the call's results or raises its error.
 function A.wait(fut, timeout)
@@ -644,4 +680,4 @@ do
   end
 end
 
-return A, host_co_invoke, host_co_map
+return A, host_co_invoke, host_co_map, host_await_place

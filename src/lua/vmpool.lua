@@ -53,7 +53,7 @@ Driver.__index = Driver
 
 -- Inside OpenResty, co_invoke and co_map outside vmpool.run are src/lua/ngx.lua's, which decide
 -- by the request phase (set below, where the adapter is loaded).
-local host_co_invoke, host_co_map
+local host_co_invoke, host_co_map, host_await_place
 
 -- The event-loop adapters loaded (vmpool.luv, vmpool.cqueues), each { drives = function(co) ->
 -- driver, driven (driven true if that loop resumes co; driver is handed back to co_invoke),
@@ -290,6 +290,204 @@ function Pool:co_map(chunk, fn, list, options)
   return pool_map(self, chunk, fn, list, options)
 end
 
+-- Channels and select (src/host/channel_api.rs over src/channel/). Where the running coroutine
+-- can yield to a scheduler (vmpool.run, OpenResty, vmpool.luv, vmpool.cqueues), an operation that
+-- must wait files a waiter with the channel and yields until the waiter's token comes back through
+-- the scheduler's notifier, like a call's; then it tries again with the same waiter (which keeps
+-- the deadline). Everywhere else (outside coroutines, in pool states) the thread waits natively.
+local chan_push, chan_pop = native._chan_push, native._chan_pop
+local chan_push_or_wait, chan_pop_or_wait = native._chan_push_or_wait, native._chan_pop_or_wait
+local select_blocking, select_or_wait = native._select, native._select_or_wait
+local new_waiter, native_token = native._waiter, Native._token
+local rawequal = rawequal
+
+local WaiterMT = {
+  __index = {
+    _subscribe = native._waiter_subscribe,
+    _unsubscribe = native._waiter_unsubscribe,
+    _ready = native._waiter_ready,
+  },
+  __gc = native._waiter_gc,
+  __name = "vmpool.waiter",
+}
+
+-- vmpool.run's wait for a channel waiter.
+local function run_await(d, w)
+  local token = native_token(d.native)
+  if w:_subscribe(d.native, token) then
+    local co = coroutine_running()
+    d.waiting[token] = co
+    if coroutine_yield(WAIT) ~= token then
+      d:resumed_early(co, token) -- the operation tries again and files a new wait
+    end
+  end
+end
+
+-- How the running coroutine waits for a channel: (await, driver) where it can yield to a
+-- scheduler, nil where the thread waits. `what` names the operation for errors.
+local function waiting_place(what)
+  local co = coroutine_running()
+  local d = driver_of[co]
+  if d then
+    if isyieldable() then
+      return run_await, d
+    end
+    return nil
+  end
+  if co and first_drives and isyieldable() then
+    local loop, driver = loop_of(co)
+    if loop then
+      return loop.await, driver
+    end
+  end
+  if host_await_place then
+    return host_await_place(what)
+  end
+  return nil
+end
+
+local Channel = {}
+local ChannelMT = {
+  __index = Channel,
+  __gc = native._chan_gc,
+  __eq = native._chan_eq,
+  __name = "vmpool.channel",
+  __tostring = function(ch) return "vmpool.channel: " .. native._chan_name(ch) end,
+}
+
+local function pop_wait(await, driver, ch, timeout, w, first, ...)
+  if not rawequal(first, w) then
+    return first, ...
+  end
+  await(driver, w)
+  return pop_wait(await, driver, ch, timeout, w, chan_pop_or_wait(ch, timeout, w))
+end
+
+local function pop(ch, timeout)
+  if timeout ~= 0 then
+    local await, driver = waiting_place("channel:pop")
+    if await then
+      local w = new_waiter(WaiterMT)
+      return pop_wait(await, driver, ch, timeout, w, chan_pop_or_wait(ch, timeout, w))
+    end
+  end
+  return chan_pop(ch, timeout)
+end
+
+local function push(ch, timeout, ...)
+  if timeout ~= 0 then
+    local await, driver = waiting_place("channel:push")
+    if await then
+      local w = new_waiter(WaiterMT)
+      local ok, why = chan_push_or_wait(ch, timeout, w, ...)
+      while rawequal(ok, w) do
+        await(driver, w)
+        ok, why = chan_push_or_wait(ch, timeout, w, ...)
+      end
+      return ok, why
+    end
+  end
+  return chan_push(ch, timeout, ...)
+end
+
+--- ch:push(...): appends the message, waiting while the channel is full; true, or nil, "closed".
+function Channel:push(...) return push(self, nil, ...) end
+--- ch:push_timeout(seconds, ...): push waiting at most `seconds`; nil, "timeout" when it gave up.
+function Channel:push_timeout(timeout, ...)
+  if type(timeout) ~= "number" then
+    error("vmpool: bad argument #1 to 'channel:push_timeout': expected seconds (a non-negative number), got "
+      .. type(timeout) .. " (ch:push_timeout(seconds, ...): the timeout comes first)", 0)
+  end
+  return push(self, timeout, ...)
+end
+--- ch:try_push(...): push that never waits (nil, "timeout" when full).
+function Channel:try_push(...) return chan_push(self, 0, ...) end
+--- ch:pop([timeout]): the oldest message's values, waiting while the channel is empty.
+function Channel:pop(timeout) return pop(self, timeout) end
+--- ch:try_pop(): pop that never waits.
+function Channel:try_pop() return chan_pop(self, 0) end
+Channel.close = native._chan_close
+Channel.len = native._chan_len
+Channel.capacity = native._chan_capacity
+Channel.is_closed = native._chan_is_closed
+Channel.name = native._chan_name
+
+--- vmpool.channel(name [, options]): the process-wide channel called name (created on first use).
+function M.channel(name, options)
+  return native._channel(name, options, ChannelMT)
+end
+
+local function select_wait(await, driver, list, timeout, w, first, ...)
+  if not rawequal(first, w) then
+    return first, ...
+  end
+  await(driver, w)
+  return select_wait(await, driver, list, timeout, w, select_or_wait(list, timeout, w))
+end
+
+--- vmpool.select(channels [, timeout]): the first of the channels to have a message, and the
+--- message's values; nil, "timeout", or nil, "closed" once every channel is closed and drained.
+function M.select(list, timeout)
+  if timeout ~= 0 then
+    local await, driver = waiting_place("vmpool.select")
+    if await then
+      local w = new_waiter(WaiterMT)
+      return select_wait(await, driver, list, timeout, w, select_or_wait(list, timeout, w))
+    end
+  end
+  return select_blocking(list, timeout)
+end
+
+-- Streams: pool:stream(chunk, fn, ...) runs fn with its own unnamed channel; the state's
+-- coroutine.yield at the call's top level pushes onto it (src/channel/stream.rs) and the channel
+-- is closed when the call ends. The stream object is the iterator of a generic for (and its
+-- to-be-closed value on Lua 5.4); its channel handle owns the channel, so collecting the stream
+-- closes it, which ends the call at its next item.
+local native_stream, chan_close = native._stream, native._chan_close
+local Stream = {}
+local StreamMT = { __index = Stream, __name = "vmpool.stream" }
+
+-- The channel is closed and drained: the call ended (or the consumer closed the stream).
+local function stream_end(s)
+  s.done = true
+  if not s.closed then
+    s.fut:wait() -- raises the state's error, with its traceback
+  end
+  return nil
+end
+
+local function stream_item(s, first, ...)
+  if first ~= nil then
+    return first, ...
+  end
+  return stream_end(s)
+end
+
+function StreamMT.__call(s)
+  if s.done then
+    return nil
+  end
+  return stream_item(s, pop(s.ch, nil))
+end
+
+--- stream:close(): stops consuming; the call is cancelled (a state waiting to push fails at once).
+function Stream:close()
+  if not self.done then
+    self.done, self.closed = true, true
+    chan_close(self.ch)
+    self.fut:cancel()
+  end
+end
+
+function StreamMT.__close(s) s:close() end
+
+--- pool:stream(chunk, fn, ...): an iterator over the items fn yields in a state.
+function Pool:stream(chunk, fn, ...)
+  local fut, ch = native_stream(self, ChannelMT, chunk, fn, ...)
+  local s = setmetatable({ fut = fut, ch = ch, done = false, closed = false }, StreamMT)
+  return s, nil, nil, s
+end
+
 --- vmpool.run(fn, ...): runs fn(...) in a coroutine, plus every coroutine vmpool.spawn starts,
 --- until all are done; returns fn's results. Sleeps (no CPU) while every coroutine waits.
 function M.run(fn, ...)
@@ -391,7 +589,8 @@ end
 -- and its co_invoke serves pool:co_invoke outside vmpool.run.
 if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
   local load_text = loadstring or load -- luacheck: ignore 113
-  M.ngx, host_co_invoke, host_co_map = assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
+  M.ngx, host_co_invoke, host_co_map, host_await_place =
+    assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
 end
 
 -- On LuaJIT the busiest methods of vmpool.shared's dictionaries go through the FFI
