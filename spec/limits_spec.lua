@@ -68,9 +68,11 @@ describe("time_limit", function()
     end)
   end
 
-  it("runs a call's main thread without a hook until its limit is due; coroutines keep a count hook", function()
+  it("runs a call's main thread without a hook until its limit is due (Lua 5.1 to 5.3, LuaJIT); coroutines keep a count hook", function()
     local main_free, co_hooked = pool:invoke("r", "hooks")
-    assert.is_true(main_free)
+    -- Lua 5.4 and 5.5 keep the count hook on the main thread: their lua_sethook cannot be called
+    -- from the watchdog's thread safely (src/child/watchdog.rs)
+    assert.are.equal(not (vmpool.runtime == "Lua 5.4" or vmpool.runtime == "Lua 5.5"), main_free)
     -- LuaJIT has one hook per state, which the watchdog sets: its coroutines need none of their own
     assert.are.equal(not IS_LUAJIT, co_hooked)
     assert.are.equal("alive", pool:invoke("r", "echo", "alive"))

@@ -248,8 +248,21 @@ impl Child {
                 .map_err(|m| Error::Spawn(format!("cannot wrap coroutine.create: {m}")))?;
         }
         self.run_init(cfg)?;
-        // calls are limited by the watchdog, which sets the hook only when one is due
+        // calls are limited by the watchdog, which sets the hook only when one is due; where it
+        // cannot (`watchdog::CROSS_THREAD`), by the count hook all the time
         self.hooked = cfg.time_limit.is_some();
+        if self.hooked && !watchdog::CROSS_THREAD {
+            // SAFETY: installs our hook on this state's main thread, from its own thread
+            // (coroutines created later inherit it); the hook only reads this thread's `LIMITS`.
+            unsafe {
+                ffi::lua_sethook(
+                    st.as_ptr(),
+                    Some(limit_hook),
+                    ffi::LUA_MASKCOUNT,
+                    HOOK_COUNT,
+                )
+            };
+        }
         if !self.hooked {
             // no hook reads it between calls: a channel's wait finds the running call's flags
             LIMITS.with(|l| l.set(&*self.limits));

@@ -3,7 +3,13 @@
 //! close's stop), so a time-limited call runs at full speed until then instead of paying a count
 //! hook every 1,000 instructions. `lua_sethook` is the one Lua API function made to be called
 //! from outside the running code (the standalone interpreters' Ctrl-C calls it from a signal
-//! handler): Lua 5.4 polls the hook flag at jumps and calls, 5.1 and LuaJIT at every instruction.
+//! handler); 5.1 and LuaJIT check the hook at every instruction.
+//!
+//! Only where that call touches no call frame ([`CROSS_THREAD`]): Lua 5.4 and 5.5's
+//! `lua_sethook` also marks every frame of the running thread (`settraps`), walking a list the
+//! running thread changes and may shrink (`luaE_shrinkCI`) at the same moment; from a signal
+//! handler on that thread the walk is safe, from another thread it could write into a freed
+//! frame. There, a time-limited state keeps the count hook all the time (`Child::configure`).
 //!
 //! Each state has a [`Slot`]: its worker arms it at a call's start and disarms it at the end, each
 //! under the slot's lock, and the watchdog sets the hook only under that lock while the slot is
@@ -23,6 +29,9 @@ use parking_lot::{Condvar, Mutex};
 
 use super::limits::limit_hook;
 use crate::Error;
+
+/// Whether a pool's watchdog may set a running state's hook from its own thread (see above).
+pub const CROSS_THREAD: bool = !cfg!(any(feature = "lua54", feature = "lua55"));
 
 /// The shortest idle sleep: a tiny `time_limit` (1e-10 s) must not make the watchdog spin.
 const MIN_IDLE: Duration = Duration::from_millis(1);
@@ -56,7 +65,8 @@ impl Default for Armed {
 
 // SAFETY: the pointers are only followed under the slot's lock while `armed`, when the worker
 // guarantees the state and the call's flag are alive (it disarms under the lock before either
-// goes away); `lua_sethook` is the API function meant to be called from another thread.
+// goes away); `lua_sethook` is the API function meant to be called asynchronously, and where it
+// is called from this thread it writes only the state's hook fields (`CROSS_THREAD`).
 unsafe impl Send for Armed {}
 
 /// Sets the limit hook to fire at the next instruction (the hook then raises the limit's error).

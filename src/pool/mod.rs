@@ -121,8 +121,10 @@ impl Pool {
         let core = config.core;
         let stop: Arc<AtomicBool> = Arc::default();
         let watchdog = match config.time_limit {
-            Some(limit) => Some(Watchdog::start(limit, stop.clone())?),
-            None => None,
+            Some(limit) if crate::child::watchdog::CROSS_THREAD => {
+                Some(Watchdog::start(limit, stop.clone())?)
+            }
+            _ => None,
         };
         let pool = Arc::new(Pool {
             inner: Mutex::new(Inner {
