@@ -61,6 +61,88 @@ function vmpool.metrics(options) end
 ---@return vmpool.SharedDict
 function vmpool.shared(name, options) end
 
+---A named, process-wide, bounded FIFO of messages, the same in the host and in every pool state
+---(the same name is the same channel; handles of one channel compare equal). A message is the
+---values of one push (anything that crosses in a call; the first value not nil). Waits yield a
+---scheduler's coroutine (vmpool.run, OpenResty, vmpool.luv, vmpool.cqueues), block a pool
+---state's thread (ended by its time limit, cancel and a bounded close) and block the host
+---elsewhere (ended by Ctrl-C).
+---Errors: a bad name or option; options that conflict with the existing channel.
+---@param name string
+---@param options? { capacity?: integer, bytes?: integer } capacity: messages (default 1024); bytes: encoded bytes queued (default 16 MiB)
+---@return vmpool.Channel
+function vmpool.channel(name, options) end
+
+---The first of several channels to have a message, taken: the channel (the element of the list)
+---and the message's values; nil, "timeout" or nil, "closed" (every channel closed and drained).
+---Fair: each call starts one channel further. Waits as channel:pop does.
+---Errors: not a list of channels, an empty list, a bad timeout.
+---@param channels vmpool.Channel[]
+---@param timeout? number seconds (0: do not wait; nil: as long as it takes)
+---@return vmpool.Channel|nil channel
+---@return any ... the message's values, or "timeout" / "closed"
+function vmpool.select(channels, timeout) end
+
+---A vmpool.channel handle.
+---@class vmpool.Channel
+local Channel = {}
+
+---Appends a message, waiting while the channel is full.
+---Errors: a first value that is nil (or none), a value that cannot cross, a message larger than
+---the channel's bytes.
+---@param ... any the message's values
+---@return true|nil ok
+---@return "closed"? err
+function Channel:push(...) end
+
+---push, waiting at most `seconds`.
+---@param seconds number
+---@param ... any the message's values
+---@return true|nil ok
+---@return "timeout"|"closed"|nil err
+function Channel:push_timeout(seconds, ...) end
+
+---push that never waits.
+---@param ... any the message's values
+---@return true|nil ok
+---@return "timeout"|"closed"|nil err
+function Channel:try_push(...) end
+
+---Takes the oldest message and returns its values, waiting while the channel is empty (at most
+---`timeout` seconds); nil, "timeout", or nil, "closed" once closed and drained.
+---@param timeout? number
+---@return any ... the message's values, or nil and "timeout" / "closed"
+function Channel:pop(timeout) end
+
+---pop that never waits.
+---@return any ... the message's values, or nil and "timeout" / "closed"
+function Channel:try_pop() end
+
+---Pushes fail from now on; pops drain what is queued, then answer nil, "closed". Wakes every
+---waiter. Idempotent.
+function Channel:close() end
+
+---@return boolean
+function Channel:is_closed() end
+
+---Messages queued.
+---@return integer
+function Channel:len() end
+
+---@return integer messages
+---@return integer bytes
+function Channel:capacity() end
+
+---@return string
+function Channel:name() end
+
+---A stream of pool:stream: the iterator of a generic for (and its to-be-closed value on 5.4).
+---@class vmpool.Stream
+local Stream = {}
+
+---Stops consuming and cancels the call; the iterator then ends. Idempotent.
+function Stream:close() end
+
 ---A vmpool.shared dictionary: every method answers as ngx.shared.DICT's does. Bad keys (not a
 ---string or number, empty, over 65535 bytes), table or function values, negative or NaN TTLs
 ---raise "vmpool: ..." errors.
@@ -169,6 +251,21 @@ function Pool:invoke(name, fn, ...) end
 ---@param ... any arguments
 ---@return vmpool.Future fut
 function Pool:submit(name, fn, ...) end
+
+---Runs fn of chunk name in a state (arguments as for invoke) and returns an iterator over the
+---items it produces: each coroutine.yield(...) at the function's top level is one item; its return
+---ends the stream. 64 items wait between the sides (backpressure). break (5.4), stream:close() or
+---collection cancel the call; an error in the state is raised by the iterator, with its traceback.
+---In a scheduler's coroutine the iterator yields while it waits.
+---Errors: those of invoke.
+---@param name string chunk name
+---@param fn string function name
+---@param ... nil|boolean|number|string|table arguments
+---@return vmpool.Stream iterator
+---@return nil
+---@return nil
+---@return vmpool.Stream closing
+function Pool:stream(name, fn, ...) end
 
 ---Like invoke, but yields the running coroutine instead of blocking the OS thread when a scheduler
 ---drives it (vmpool.run, OpenResty, vmpool.awaiter); elsewhere exactly like invoke.
