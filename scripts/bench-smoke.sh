@@ -25,8 +25,9 @@ run bench/futures.lua
 run bench/run_throughput.lua
 run bench/tables.lua
 run bench/cqueues_floor.lua
+run bench/channels.lua --scale=0.01
 # what bench/callgrind runs under valgrind, here without it: each kind once
-for kind in direct invoke echo10 co_invoke ring run1000 luv cqueues; do
+for kind in direct invoke echo10 co_invoke ring run1000 luv cqueues chan_pingpong chan_to_host chan_stream; do
   run bench/cg.lua --kind="$kind" --n=2000
 done
 # the OpenResty scripts, when the LuaJIT rock is built (make test builds it) and nginx is there

@@ -69,6 +69,17 @@ describe("pool:stream", function()
     state_is_free()
   end)
 
+  it("raises the state's error in a coroutine of vmpool.run too, after its items", function()
+    local got = {}
+    local ok, err = pcall(vmpool.run, function()
+      for v in pool:stream("s", "fails", 2) do got[#got + 1] = v end
+    end)
+    assert.is_false(ok)
+    assert.are.same({ 1, 2 }, got)
+    assert.matches("boom at 2", err)
+    state_is_free()
+  end)
+
   it("makes the state wait while its buffer is full (backpressure)", function()
     local d = vmpool.shared("stream-spec")
     local consumed = 0

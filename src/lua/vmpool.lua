@@ -451,7 +451,15 @@ local StreamMT = { __index = Stream, __name = "vmpool.stream" }
 local function stream_end(s)
   s.done = true
   if not s.closed then
-    s.fut:wait() -- raises the state's error, with its traceback
+    local fut = s.fut
+    if not fut:ready() then
+      -- the call is ending (its channel closed): a scheduler's coroutine yields for it too
+      local await, driver = waiting_place("pool:stream")
+      if await then
+        await(driver, fut)
+      end
+    end
+    fut:wait() -- raises the state's error, with its traceback
   end
   return nil
 end
