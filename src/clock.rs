@@ -15,6 +15,7 @@ static NS_PER_TICK: AtomicU64 = AtomicU64::new(1 << 32);
 static INIT: OnceLock<()> = OnceLock::new();
 
 /// `CLOCK_MONOTONIC` in nanoseconds.
+#[inline]
 pub fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

@@ -136,43 +136,8 @@ struct Functions {
 }
 
 /// The upvalues of the message's functions by identity, each with the offset of the first
-/// function that has it and its number there: a short list, a hash map past [`LINEAR_SEEN`] (as
-/// [`Seen`]).
-#[derive(Default)]
-struct Upvalues {
-    list: Vec<(*mut c_void, (u32, u8))>,
-    map: std::collections::HashMap<*mut c_void, (u32, u8), foldhash::fast::RandomState>,
-}
-
-impl Upvalues {
-    fn clear(&mut self) {
-        self.list.clear();
-        if !self.map.is_empty() {
-            self.map.clear();
-        }
-    }
-
-    /// Where upvalue `id` was seen first; else records it as `at`.
-    fn visit(&mut self, id: *mut c_void, at: (u32, u8)) -> Option<(u32, u8)> {
-        if self.list.len() < LINEAR_SEEN {
-            if let Some(&(_, first)) = self.list.iter().find(|(p, _)| *p == id) {
-                return Some(first);
-            }
-            self.list.push((id, at));
-            return None;
-        }
-        if self.map.is_empty() {
-            self.map.extend(self.list.iter().copied());
-        }
-        match self.map.entry(id) {
-            std::collections::hash_map::Entry::Occupied(e) => Some(*e.get()),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(at);
-                None
-            }
-        }
-    }
-}
+/// function that has it and its number there.
+type Upvalues = FirstSeen<*mut c_void, (u32, u8)>;
 
 impl Functions {
     #[cold]
@@ -193,14 +158,25 @@ impl Functions {
 }
 
 /// The tables of the message being encoded, each with the offset of its tag.
-#[derive(Default)]
-struct Seen {
-    list: Vec<(*const c_void, u32)>,
-    /// Past [`LINEAR_SEEN`] tables; foldhash, as the dictionary's shards, for pointer keys.
-    map: std::collections::HashMap<*const c_void, u32, foldhash::fast::RandomState>,
+type Seen = FirstSeen<*const c_void, u32>;
+
+/// Identities met in one message, each with where it was met first: a short list scanned from the
+/// start, a hash map (foldhash, as the dictionary's shards, for pointer keys) past [`LINEAR_SEEN`].
+struct FirstSeen<K, V> {
+    list: Vec<(K, V)>,
+    map: std::collections::HashMap<K, V, foldhash::fast::RandomState>,
 }
 
-impl Seen {
+impl<K, V> Default for FirstSeen<K, V> {
+    fn default() -> Self {
+        FirstSeen {
+            list: Vec::new(),
+            map: Default::default(),
+        }
+    }
+}
+
+impl<K: Copy + Eq + std::hash::Hash, V: Copy> FirstSeen<K, V> {
     fn clear(&mut self) {
         self.list.clear();
         if !self.map.is_empty() {
@@ -208,22 +184,22 @@ impl Seen {
         }
     }
 
-    /// The offset of `t` if it was seen; else records it at `offset`.
-    fn visit(&mut self, t: *const c_void, offset: u32) -> Option<u32> {
+    /// Where `id` was met first; else records it as met at `at`.
+    fn visit(&mut self, id: K, at: V) -> Option<V> {
         if self.list.len() < LINEAR_SEEN {
-            if let Some(&(_, o)) = self.list.iter().find(|(p, _)| *p == t) {
-                return Some(o);
+            if let Some(&(_, first)) = self.list.iter().find(|(p, _)| *p == id) {
+                return Some(first);
             }
-            self.list.push((t, offset));
+            self.list.push((id, at));
             return None;
         }
         if self.map.is_empty() {
             self.map.extend(self.list.iter().copied());
         }
-        match self.map.entry(t) {
+        match self.map.entry(id) {
             std::collections::hash_map::Entry::Occupied(e) => Some(*e.get()),
             std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(offset);
+                e.insert(at);
                 None
             }
         }

@@ -32,17 +32,7 @@ impl Now<'_> {
 /// each time: no shared start value, so no first-use race for ThreadSanitizer to report.
 #[inline]
 pub(super) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
-        .min(u64::MAX / 2)
-        + 1
+    crate::clock::monotonic_ns().min(u64::MAX / 2) + 1
 }
 
 /// The longest TTL kept, in nanoseconds (about 146 years): a longer one means no expiry.
