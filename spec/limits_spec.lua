@@ -68,7 +68,8 @@ describe("time_limit", function()
     end)
   end
 
-  it("runs a call's main thread without a hook until its limit is due (Lua 5.1 to 5.3, LuaJIT); coroutines keep a count hook", function()
+  it("runs a call's main thread without a hook until its limit is due (Lua 5.1 to 5.3, LuaJIT); " ..
+    "coroutines keep a count hook", function()
     local main_free, co_hooked = pool:invoke("r", "hooks")
     -- Lua 5.4 and 5.5 keep the count hook on the main thread: their lua_sethook cannot be called
     -- from the watchdog's thread safely (src/child/watchdog.rs)
