@@ -46,6 +46,16 @@ describe("pool:stream", function()
     assert.are.same({ { 1, 1, 1 }, { 2, 4, 2 }, { 3, 9, 3 }, { 4, 16, 4 }, { 5, 25, 5 } }, got)
   end)
 
+  it("streams a Lua function sent as the callee, with its upvalues", function()
+    local step = 3
+    local got = {}
+    for v in pool:stream(function(n) for i = 1, n do coroutine.yield(i * step) end end, 4) do
+      got[#got + 1] = v
+    end
+    assert.are.same({ 3, 6, 9, 12 }, got)
+    state_is_free()
+  end)
+
   it("ends when the function returns, whatever it returns", function()
     local n = 0
     for _ in pool:stream("s", "count", 0) do n = n + 1 end

@@ -252,15 +252,17 @@ function Pool:invoke(name, fn, ...) end
 ---@return vmpool.Future fut
 function Pool:submit(name, fn, ...) end
 
----Runs fn of chunk name in a state (arguments as for invoke) and returns an iterator over the
+---Runs fn of chunk name (or the function fn itself) in a state (arguments as for invoke) and
+---returns an iterator over the
 ---items it produces: each coroutine.yield(...) at the function's top level is one item; its return
 ---ends the stream. 64 items wait between the sides (backpressure). break (5.4), stream:close() or
 ---collection cancel the call; an error in the state is raised by the iterator, with its traceback.
 ---In a scheduler's coroutine the iterator yields while it waits.
 ---Errors: those of invoke.
+---@overload fun(self: vmpool.Pool, fn: function, ...: any): vmpool.Stream, nil, nil, vmpool.Stream
 ---@param name string chunk name
 ---@param fn string function name
----@param ... nil|boolean|number|string|table arguments
+---@param ... any arguments
 ---@return vmpool.Stream iterator
 ---@return nil
 ---@return nil
