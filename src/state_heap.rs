@@ -1,7 +1,5 @@
 //! The memory of every child state: vmpool creates each state with its own allocator, which
-//! counts what the state holds and enforces `memory_limit`. The blocks come from mimalloc, whose
-//! per-thread heaps serve Lua's small blocks in fewer instructions than glibc's malloc (an
-//! allocation-heavy loop cost 13% more in a state than in the host with glibc, 6% less with it).
+//! counts what the state holds and enforces `memory_limit`.
 //!
 //! Why not mlua's allocator: it aborts the process when the system refuses an allocation
 //! (`handle_alloc_error`), where Lua expects a NULL and raises its ordinary, catchable "not enough
@@ -217,8 +215,8 @@ unsafe extern "C" fn allocate(
     let bytes = a.bytes.load(Relaxed);
     if nsize == 0 {
         if !ptr.is_null() {
-            // SAFETY: `ptr` came from this allocator (mi_malloc/mi_realloc) and Lua frees it once.
-            unsafe { libmimalloc_sys::mi_free(ptr) };
+            // SAFETY: `ptr` came from this allocator (malloc/realloc) and Lua frees it once.
+            unsafe { libc::free(ptr) };
             a.bytes.store(bytes - old, Relaxed);
             a.blocks.store(a.blocks.load(Relaxed) - 1, Relaxed);
         }
@@ -231,10 +229,10 @@ unsafe extern "C" fn allocate(
     }
     let p = if ptr.is_null() {
         // SAFETY: plain allocation.
-        unsafe { libmimalloc_sys::mi_malloc(nsize) }
+        unsafe { libc::malloc(nsize) }
     } else {
         // SAFETY: `ptr` came from this allocator and is live.
-        unsafe { libmimalloc_sys::mi_realloc(ptr, nsize) }
+        unsafe { libc::realloc(ptr, nsize) }
     };
     if p.is_null() {
         // Lua assumes a block never fails to shrink; the old block is big enough
