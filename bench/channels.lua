@@ -103,10 +103,18 @@ else
     local produce = mod.gen("*", function(l, n)
       for i = 1, n do l:send("out", i) end
     end)
+    -- Lanes 3.17 frees a linda under its keeper's lock, which a linda call of the host may already
+    -- hold when the collector runs inside it: a deadlock (lib/baselines.lua). Every linda and lane
+    -- made here stays referenced until close(), after the last linda call.
+    local live = {}
+    local function keep(...)
+      for i = 1, select("#", ...) do live[#live + 1] = (select(i, ...)) end
+      return ...
+    end
     provider = {
       pingpong = function()
-        local l = mod.linda()
-        local h = echo(l, TIMEOUT)
+        local l = keep(mod.linda())
+        local h = keep(echo(l, TIMEOUT))
         return function(i)
           l:send("in", i)
           local key, v = l:receive(TIMEOUT, "out")
@@ -118,15 +126,18 @@ else
         end
       end,
       to_host = function(n)
-        local l = mod.linda()
-        local h = produce(l, n)
+        local l = keep(mod.linda())
+        local h = keep(produce(l, n))
         for i = 1, n do
           local key, v = l:receive(TIMEOUT, "out")
           if key == nil or v ~= i then error("lanes: message " .. i .. " missing or out of order") end
         end
         h:join()
       end,
-      close = function() collectgarbage("collect") end,
+      close = function()
+        live = nil
+        collectgarbage("collect")
+      end,
     }
   else
     local echo = mod.thread(function(inp, out)
