@@ -1,19 +1,19 @@
 -- Faults the pool does not cause but must survive: threads or states that cannot be created. Run
--- in a forked child whose address space is capped, so new thread stacks cannot be mapped (needs
--- lua-posix: Lua 5.1 and LuaJIT). Each case must end with every call's outcome, balanced stats
--- and no thread left behind, never with a hang.
+-- in a fresh interpreter or a forked child whose address space is capped, so new thread stacks
+-- cannot be mapped (needs lua-posix: Lua 5.1 to 5.3 and LuaJIT). Each case must end with every
+-- call's outcome, balanced stats and no thread left behind, never with a hang.
 local vmpool = require "vmpool"
 local Gate = require "spec.support.gate"
 local Child = require "spec.support.child"
 
--- Child.run, tried again (at most three times in all) when the child died of SIGABRT: with the
--- address space capped to 1 MiB above its size, a small native allocation (the C library's or
--- Rust's, or LuaJIT's own mmap) can find no room before a thread stack is refused, and those
--- abort as in any program. A fault of vmpool's would abort every time.
-local function run_capped(body, timeout)
+-- Child.run or Child.run_fresh, tried again (at most three times in all) when the child died of
+-- SIGABRT: with the address space capped to 1 MiB above its size, a small native allocation (the
+-- C library's or Rust's, or LuaJIT's own mmap) can find no room before a thread stack is refused,
+-- and those abort as in any program. A fault of vmpool's would abort every time.
+local function run_capped(run, body, timeout)
   local report, how, code
   for _ = 1, 3 do
-    report, how, code = Child.run(body, timeout)
+    report, how, code = run(body, timeout)
     if not (how == "killed" and code == 6) then break end
   end
   return report, how, code
@@ -26,13 +26,13 @@ describe("when the system refuses new threads", function()
   end
 
   it("vmpool.new fails with 'cannot create a pool state' and leaves no thread", function()
-    local report, how, code = run_capped(function()
+    local report, how, code = run_capped(Child.run_fresh, [[
       local before = Gate.threads()
       Child.cap_address_space(1024 * 1024)
       local ok, err = pcall(vmpool.new, { core = 64 })
       assert(not ok, "64 states started in a capped address space")
       return err .. "\nthreads " .. before .. " -> " .. Gate.threads_back_to(before)
-    end)
+    ]])
     assert.are.equal("exited", how, report)
     assert.are.equal(0, code, report)
     assert.matches("^vmpool: cannot create a pool state: cannot start [%w%- ]+ thread: ", report)
@@ -41,7 +41,7 @@ describe("when the system refuses new threads", function()
   end)
 
   it("a non-core state that cannot start fails its own call only; the pool recovers", function()
-    local report, how, code = run_capped(function()
+    local report, how, code = run_capped(Child.run_fresh, [[
       local gate = Gate.new()
       local before = Gate.threads()
       local pool = vmpool.new { core = 1, max_noncore = math.huge, idle_timeout = 0, init = Gate.CHILD }
@@ -82,7 +82,7 @@ describe("when the system refuses new threads", function()
       pool:close()
       gate:close()
       return ("refused %d threads %d -> %d"):format(refused, before, Gate.threads_back_to(before))
-    end, 30)
+    ]], 30)
     assert.are.equal("exited", how, report)
     assert.are.equal(0, code, report)
     local refused, before, after = report:match("refused (%d+) threads (%d+) %-> (%d+)")

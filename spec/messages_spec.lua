@@ -230,11 +230,12 @@ cases.Spawn = function()
     pending("needs lua-posix to cap a forked child's address space (Lua 5.1 to 5.3 / LuaJIT)")
     return
   end
-  local report = Child.run(function()
+  local report, how, code = Child.run_fresh([[
     Child.cap_address_space(1024 * 1024)
     return select(2, pcall(vmpool.new, { core = 64 }))
-  end)
-  assert.matches("^vmpool: cannot create a pool state: cannot start [%w%- ]+ thread: ", report)
+  ]])
+  assert.matches("^vmpool: cannot create a pool state: cannot start [%w%- ]+ thread: ", report,
+    nil, nil, "the child " .. how .. " (" .. tostring(code) .. ")")
 end
 
 cases.NoDescriptor = function()

@@ -42,6 +42,26 @@ function Child.run(body, timeout)
   return table.concat(chunks), how, code
 end
 
+-- Child.run's shape for `source` (the body of a function returning the report, with `vmpool`,
+-- `Child` and `Gate` in scope) run in a fresh interpreter. For cases that cap the address space so
+-- that no thread can start: a fork of a process with threads (busted's, holding earlier specs'
+-- pools) inherits their stacks in the C library's stack cache, and a new thread reuses one without
+-- mapping memory, so threads would start in the capped child after all.
+function Child.run_fresh(source, timeout)
+  local Sub = require "spec.support.subprocess"
+  local out, status, bound = Sub.run(([[
+local vmpool = require "vmpool"
+local Child = require "spec.support.child"
+local Gate = require "spec.support.gate"
+local fine, report = pcall(function() %s end)
+io.write(fine and tostring(report) or ("child failed: " .. tostring(report)))
+os.exit(fine and 0 or 1)
+]]):format(source), { timeout = timeout or 10 })
+  if bound then return out, "hung", 0 end
+  if status > 128 then return out, "killed", status - 128 end
+  return out, "exited", status
+end
+
 -- The parent's pid (to match in "created in another process (pid N)").
 function Child.pid()
   return P.getpid("pid")
