@@ -3,7 +3,6 @@
 -- cannot be mapped (needs lua-posix: Lua 5.1 to 5.3 and LuaJIT). Each case must end with every
 -- call's outcome, balanced stats and no thread left behind, never with a hang.
 local vmpool = require "vmpool"
-local Gate = require "spec.support.gate"
 local Child = require "spec.support.child"
 
 -- Child.run or Child.run_fresh, tried again (at most three times in all) when the child died of
