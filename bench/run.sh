@@ -13,23 +13,23 @@ set -eu
 cd "$(dirname "$0")/.."
 what=${1:-report}
 runtimes=${BENCH_RUNTIMES:-"lua5.1 lua5.4 lua5.5 luajit"}
-# Lua 5.5 is the one scripts/lua55.sh builds (bench/build.sh, through scripts/rock.sh)
+# Lua 5.5 is the one scripts/lua55.sh builds (bench/report/build.sh, through scripts/rock.sh)
 PATH="$PWD/target/lua5.5/bin:$PATH"
 export PATH
 case "$what" in
   render)
-    exec lua5.4 bench/report.lua
+    exec lua5.4 bench/report/write.lua
     ;;
   compare)
     scripts/install-deps.sh valgrind
-    exec lua5.4 bench/run.lua "$@"
+    exec lua5.4 bench/report/run.lua "$@"
     ;;
   heavy)
     # only the rocks: the heavy-work scripts use neither the count-alloc trees nor the ping-pong
     scripts/install-deps.sh valgrind util-linux
     scripts/rock.sh lua5.4
     scripts/rock.sh luajit
-    exec lua5.4 bench/run.lua heavy
+    exec lua5.4 bench/report/run.lua heavy
     ;;
   micro|workload|callgrind|report) ;;
   *) echo "usage: bench/run.sh report|micro|workload|callgrind|heavy|compare A B|render" >&2; exit 2 ;;
@@ -37,15 +37,15 @@ esac
 scripts/install-deps.sh valgrind util-linux
 need="$runtimes ${BENCH_WORKLOAD_LUA:-lua5.4}"
 # shellcheck disable=SC2086
-bench/build.sh $(printf '%s\n' $need | sort -u)
+bench/report/build.sh $(printf '%s\n' $need | sort -u)
 # the heavy-work suite of the report runs speedup.lua and map.lua on Lua 5.4 and ngx/heavy.lua on
 # LuaJIT, whichever runtimes the other suites measure
 if [ "$what" = report ]; then
   case " $need " in *" lua5.4 "*) ;; *) scripts/rock.sh lua5.4 ;; esac
   case " $need " in *" luajit "*) ;; *) scripts/rock.sh luajit ;; esac
 fi
-lua5.4 bench/run.lua "$what"
+lua5.4 bench/report/run.lua "$what"
 case "$what" in
-  report) lua5.4 bench/report.lua ;;
-  micro) lua5.4 bench/report.lua --section=micro ;;
+  report) lua5.4 bench/report/write.lua ;;
+  micro) lua5.4 bench/report/write.lua --section=micro ;;
 esac

@@ -14,21 +14,21 @@ run() {
   "$LUA" "$@" > /tmp/vmpool-bench-smoke.$$ 2>&1 || { cat /tmp/vmpool-bench-smoke.$$; rm -f /tmp/vmpool-bench-smoke.$$; exit 1; }
   rm -f /tmp/vmpool-bench-smoke.$$
 }
-run bench/micro.lua --scale=0.001
-run bench/workload.lua --strategy=unbounded --p=10 --calls=200 --cpus=2
-run bench/chunks.lua
-run bench/limits.lua
-run bench/shared.lua
-run bench/map.lua
-run bench/speedup.lua
-run bench/futures.lua
-run bench/run_throughput.lua
-run bench/tables.lua
-run bench/cqueues_floor.lua
-run bench/channels.lua --scale=0.01
+run bench/suites/micro.lua --scale=0.001
+run bench/suites/workload.lua --strategy=unbounded --p=10 --calls=200 --cpus=2
+run bench/probes/chunks.lua
+run bench/probes/limits.lua
+run bench/probes/shared.lua
+run bench/suites/map.lua
+run bench/suites/speedup.lua
+run bench/probes/futures.lua
+run bench/probes/run_throughput.lua
+run bench/probes/tables.lua
+run bench/probes/cqueues_floor.lua
+run bench/peers/channels.lua --scale=0.01
 # what bench/callgrind runs under valgrind, here without it: each kind once
 for kind in direct invoke echo10 co_invoke ring run1000 luv cqueues chan_pingpong chan_to_host chan_stream; do
-  run bench/cg.lua --kind="$kind" --n=2000
+  run bench/suites/cg.lua --kind="$kind" --n=2000
 done
 # the OpenResty scripts, when the LuaJIT rock is built (make test builds it) and nginx is there
 if [ -d lua_modules/luajit ] && command -v nginx >/dev/null 2>&1; then

@@ -21,7 +21,7 @@ fail=0
 count() { # lua kind n
   dir=lua_modules/$1/lib/lua/$($1 -e 'print((_VERSION:gsub("Lua ", "")))')
   env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_CPATH_5_4 LUA_CPATH="$dir/?.so;;" taskset -c 0 \
-    valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$1" bench/cg.lua --kind="$2" --n="$3" \
+    valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" "$1" bench/suites/cg.lua --kind="$2" --n="$3" \
     >"$out/log" 2>&1 || { cat "$out/log" >&2; echo "vmpool: budgets: callgrind of $1 $2 failed" >&2; exit 1; }
   sed -n 's/.*Collected : *\([0-9]*\).*/\1/p' "$out/log" | tail -1
 }
@@ -42,7 +42,7 @@ while read -r probe lua budget; do
   if [ "$figure" -gt "$limit" ]; then
     fail=1
     echo "FAIL $probe $lua: $figure instructions per call (median of $RUNS, $spread), budget $budget (+3% = $limit)"
-    echo "     profile it: taskset -c 0 valgrind --tool=callgrind --separate-threads=yes $lua bench/cg.lua --kind=$probe --n=$N2"
+    echo "     profile it: taskset -c 0 valgrind --tool=callgrind --separate-threads=yes $lua bench/suites/cg.lua --kind=$probe --n=$N2"
   else
     echo "ok   $probe $lua: $figure instructions per call (median of $RUNS, $spread), budget $budget"
   fi

@@ -98,7 +98,7 @@ module() { # module NAME.so SOURCES...: a C module in lib/lua/5.5/ (NAME with / 
   gcc $cflags -w -shared -o "$target" "$@"
 }
 
-# the library (lib/liblua5.5.a, which bench/build.sh also links into its symbolized host) and the
+# the library (lib/liblua5.5.a, which bench/report/build.sh also links into its symbolized host) and the
 # interpreter, lua.c over all of it, exporting the API for the C modules (-E)
 mkdir -p "$out/build/obj"
 for c in "$lua_dir"/*.c; do

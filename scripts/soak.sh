@@ -1,5 +1,5 @@
 #!/bin/sh
-# Runs the soak test (bench/soak.lua) for each runtime, SOAK_SECONDS seconds each (default 20: the
+# Runs the soak test (spec/soak/soak.lua) for each runtime, SOAK_SECONDS seconds each (default 20: the
 # CI variant; the full run is `SOAK_SECONDS=60 scripts/soak.sh`), against the count-alloc build of
 # the module (its counting allocator is what the leak check reads), built here into
 # target/soak-<feature>/ and installed in lua_modules/<LUA>-count/.
@@ -36,7 +36,7 @@ build_count() {
 
 # soak LUA SECONDS: runs the soak with the count-alloc module first on LUA_CPATH
 soak() {
-  LUA_CPATH="$PWD/lua_modules/$1-count/?.so;;" LUA_CPATH_5_5="$PWD/lua_modules/$1-count/?.so;;" "$1" bench/soak.lua "$2"
+  LUA_CPATH="$PWD/lua_modules/$1-count/?.so;;" LUA_CPATH_5_5="$PWD/lua_modules/$1-count/?.so;;" "$1" spec/soak/soak.lua "$2"
 }
 
 first=""

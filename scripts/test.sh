@@ -80,8 +80,8 @@ esac
 if [ "${BENCH_ADAPTERS:-1}" != 0 ]; then
   bench_lua=${runtimes%% *}
   case " $runtimes " in *" lua5.4 "*) bench_lua=lua5.4 ;; esac
-  echo "== $bench_lua: bench/adapters.lua --short (wake-ups per call, main-thread CPU while waiting)"
-  ( LUA=$bench_lua && . scripts/luaenv.sh && "$bench_lua" bench/adapters.lua --short )
+  echo "== $bench_lua: bench/probes/adapters.lua --short (wake-ups per call, main-thread CPU while waiting)"
+  ( LUA=$bench_lua && . scripts/luaenv.sh && "$bench_lua" bench/probes/adapters.lua --short )
 fi
 echo "== packed rocks: make dist, then luarocks install into fresh trees (binary rock: no Rust, no network)"
 scripts/dist.sh

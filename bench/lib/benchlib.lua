@@ -13,7 +13,7 @@ function echo(...) return ... end
 ]]
 M.INIT = [[function goSayHello(greeting, text) return greeting .. ", " .. text end]]
 M.CHUNK = "test.lua"
--- The channel benchmarks' chunk (bench/channels.lua, bench/cg.lua's chan_* kinds): echo(a, b)
+-- The channel benchmarks' chunk (bench/peers/channels.lua, bench/suites/cg.lua's chan_* kinds): echo(a, b)
 -- answers each message of channel a on channel b until a false one; produce(name, n) pushes 1..n;
 -- items(n) streams 1..n.
 M.CHANNEL_SCRIPT = [[

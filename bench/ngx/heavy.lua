@@ -13,7 +13,7 @@
 -- per second, 100), WORK (hash rounds per request, 2600: about 1 ms here), VARIANTS;
 -- BENCH_QUICK=1 (ROUNDS 1, DURATION 3 s, 1 s warm-ups: checks that the script works, its figures
 -- mean nothing). --out=FILE also writes every round's figures, the settings and the load average
--- to FILE as a Lua literal (`return {...}`, what bench/run.lua's report suite reads).
+-- to FILE as a Lua literal (`return {...}`, what bench/report/run.lua's report suite reads).
 -- Run with `bench/ngx/run.sh bench/ngx/heavy.lua` (builds the LuaJIT rock; nginx on 127.0.0.1).
 package.path = "bench/lib/?.lua;" .. package.path
 local socket = require "socket"

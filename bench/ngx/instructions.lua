@@ -11,11 +11,10 @@
 -- copied there as <endpoint>.<part>-<thread>, for callgrind_annotate).
 -- Run with `bench/ngx/run.sh bench/ngx/instructions.lua` (builds the LuaJIT rock; needs valgrind).
 package.path = "bench/lib/?.lua;" .. package.path
-package.path = "bench/lib/?.lua;" .. package.path
 local B = require "benchlib"
 local H = require "spec.ngx.nginx"
 local S = require "bench.ngx.server"
--- --out=FILE: the counts also go to FILE as a Lua literal (what bench/run.lua's report suite reads)
+-- --out=FILE: the counts also go to FILE as a Lua literal (what bench/report/run.lua's report suite reads)
 local OUT = B.options(arg or {}).out
 
 local QUICK = os.getenv("BENCH_QUICK") == "1"

@@ -9,7 +9,7 @@
 -- Besides wrk's req/s and p99 latency it reads the CPU time each thread of the nginx worker used
 -- (/proc/<pid>/task/*/stat): the event loop thread, vmpool's threads, nginx's thread pool.
 -- --out=FILE also writes every round's req/s and p99 per endpoint, the settings and the load
--- average to FILE as a Lua literal (`return {...}`, what bench/run.lua's report suite reads).
+-- average to FILE as a Lua literal (`return {...}`, what bench/report/run.lua's report suite reads).
 package.path = "bench/lib/?.lua;" .. package.path
 local B = require "benchlib"
 local H = require "spec.ngx.nginx"

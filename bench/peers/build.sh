@@ -91,7 +91,7 @@ for LUA in $runtimes; do
     echo "lanes $lanes_src $(cd "$lanes_src" && ls ./*.rockspec 2>/dev/null | head -n 1)"
     echo "effil $effil_src"
   } >"$dest/SOURCES"
-  # what the report will load: the same paths bench/run.lua gives the measuring processes
+  # what the report will load: the same paths bench/report/run.lua gives the measuring processes
   LUA_PATH="$dest/share/?.lua;;" LUA_CPATH="$dest/lib/?.so;;" "$LUA" -e '
     local lanes = require("lanes").configure()
     local ok, effil = pcall(require, "effil")

@@ -1,4 +1,4 @@
--- Section 4 of the report: instructions per call from callgrind (bench/cg.lua under valgrind): the
+-- Section 4 of the report: instructions per call from callgrind (bench/suites/cg.lua under valgrind): the
 -- table per runtime, the hand-off's share, the chart, and the per-function profiles of the
 -- symbolized hosts (where the instructions go, by function, by object, by kind of work).
 local svg = require "svg"
@@ -89,7 +89,7 @@ local function profile_functions(lua, kind, p)
   local stock = cg_fig(lua, kind)
   w(string.format("**Where the instructions of one %s go, %s** (self cost per call by function, " ..
     "the 25 largest per side; Lua's internal functions are named because this profile runs on a host " ..
-    "linked with Debian's static Lua library, `bench/lua-host.c`: %s instructions per call, against %s " ..
+    "linked with Debian's static Lua library, `bench/report/lua-host.c`: %s instructions per call, against %s " ..
     "with the stock interpreter):", CG_KIND_LABEL[kind], RUNTIME_LABEL[lua], num(p.total, 0),
     stock and num(stock.total, 0) or "–"))
   w("")

@@ -5,7 +5,7 @@ return {
   -- issue 14, heavy work in OpenResty (bench/ngx/heavy.lua): /ping p99 under heavy load in ms and
   -- against run_worker_thread's; heavy req/s against run_worker_thread and inline with 2 workers
   ngx_ping_p99_ms = 2, ngx_ping_p99_vs_rwt = 0.5, ngx_rps_vs_rwt = 1.05, ngx_rps_vs_inline2 = 0.95,
-  -- issue 14, pool:map (bench/map.lua): trivial items/s on 2 CPUs, Lua 5.4; heavy-item scaling
+  -- issue 14, pool:map (bench/suites/map.lua): trivial items/s on 2 CPUs, Lua 5.4; heavy-item scaling
   map_items_per_s = 2000000, map_efficiency = 0.95,
   -- issue 14, the trivial endpoint (bench/ngx/run.lua, bench/ngx/instructions.lua): req/s against
   -- run_worker_thread, and the event loop's instructions per /vmpool request

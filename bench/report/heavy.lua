@@ -1,7 +1,7 @@
--- Section 5 of the report: heavy work (issue 14), from the report's heavy-work suite (bench/run.lua),
+-- Section 5 of the report: heavy work (issue 14), from the report's heavy-work suite (bench/report/run.lua),
 -- which runs three scripts that save every round (--out): bench/ngx/heavy.lua (heavy requests in
--- OpenResty while a light /ping is probed, four variants), bench/speedup.lua (what offloading gains
--- over serial host calls, by call size, on 1 and 2 CPUs) and bench/map.lua (pool:map's trivial
+-- OpenResty while a light /ping is probed, four variants), bench/suites/speedup.lua (what offloading gains
+-- over serial host calls, by call size, on 1 and 2 CPUs) and bench/suites/map.lua (pool:map's trivial
 -- items/s next to co_invoke, and how heavy items scale from 1 state to 2). Medians, ratios paired by
 -- round and every verdict are computed here; `goal_rows` gives the targets table the same verdicts.
 local B = require "benchlib"
@@ -105,7 +105,7 @@ local function ngx_section(charts)
   table_md({ "goal (issue 14)", "target", "measured (median [min–max])", "" }, ngx_goals(h))
 end
 
---- parallel speedup: bench/speedup.lua ----------------------------------------------------------------
+--- parallel speedup: bench/suites/speedup.lua ----------------------------------------------------------------
 
 local WAYS = { { id = "co_invoke", label = "co_invoke" }, { id = "map", label = "pool:map" } }
 
@@ -119,7 +119,7 @@ local function speedup_section(charts)
   w("### 5.2 Does offloading pay? Parallel speedup by call size")
   w("")
   local sp = R.speedup
-  if unavailable(sp, "LUA=lua5.4 sh -c '. scripts/luaenv.sh && taskset -c 0,1 lua5.4 bench/speedup.lua'") then
+  if unavailable(sp, "LUA=lua5.4 sh -c '. scripts/luaenv.sh && taskset -c 0,1 lua5.4 bench/suites/speedup.lua'") then
     return
   end
   for _, e in ipairs(sp.errors or {}) do
@@ -129,7 +129,7 @@ local function speedup_section(charts)
   local runs = sp.runs or {}
   if #runs == 0 then return end
   local first = runs[1]
-  w(string.format("`bench/speedup.lua`: the same calls of about 1, 10, 100 and 1,000 µs of Lua work (a loop " ..
+  w(string.format("`bench/suites/speedup.lua`: the same calls of about 1, 10, 100 and 1,000 µs of Lua work (a loop " ..
     "calibrated in the host) run one after another in the host (*serial*), through `pool:co_invoke` with up to " ..
     "1,000 coroutines in flight under `vmpool.run`, and through one `pool:map`, on a pool of one state per CPU " ..
     "the process may use (`max_noncore = 0`), under `taskset` for 1 and 2 CPUs; %s. Each round measures the three " ..
@@ -183,7 +183,7 @@ local function speedup_section(charts)
   w("")
 end
 
---- pool:map: bench/map.lua -----------------------------------------------------------------------------
+--- pool:map: bench/suites/map.lua -----------------------------------------------------------------------------
 
 --- summaries of map.lua's figures; nil when it did not run
 local function map_figures(m)
@@ -232,9 +232,10 @@ local function map_section(charts)
   w("### 5.3 `pool:map`: trivial items per second, and heavy items over 2 states")
   w("")
   local m = R.map
-  if unavailable(m, "LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/map.lua'") then return end
+  if unavailable(m, "LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/suites/map.lua'") then return end
   local f = map_figures(m)
-  w(string.format("`bench/map.lua`, %s, %d CPUs: %s trivial items (`function id(x) return x end`) through one " ..
+  w(string.format("`bench/suites/map.lua`, %s, %d CPUs: %s trivial items (`function id(x) return x end`) " ..
+    "through one " ..
     "`pool:map` on the default pool (one state per CPU), against the same function through `co_invoke` with %s " ..
     "coroutines in flight under `vmpool.run` (%s calls) in the same round; then %d heavy items (%s loop " ..
     "iterations each) through `pool:map` on a pool of 1 state and on a pool of 2, in alternating order. " ..
@@ -250,7 +251,7 @@ local function map_section(charts)
     m.heavy_items, num(m.heavy_work, 0), m.rounds, m.rounds == 1 and "" or "s", m.loadavg_before or "?",
     m.loadavg_after or "?"))
   w("")
-  w("Command: `", m.command or "bench/map.lua", "`")
+  w("Command: `", m.command or "bench/suites/map.lua", "`")
   w("")
   quick_note(m)
   local n0 = function(n) return num(n, 0) end

@@ -1,4 +1,4 @@
--- Section 1 of the report: the micro benchmark (bench/micro.lua, one process per run): the figures
+-- Section 1 of the report: the micro benchmark (bench/suites/micro.lua, one process per run): the figures
 -- per runtime with their ratio to the direct call, the round trip's fast and slow modes, the Rust
 -- ping-pong floor, per-call latency percentiles, allocations per call and the chart. Lua Lanes and
 -- effil, run in the same repetitions, have their own section (report/peers.lua).
@@ -132,7 +132,7 @@ end
 --- the Rust ping-pong floor, and the round trip divided by it
 local function rust_floor(micro, cols)
   local st = micro.settings
-  w(string.format("**The floor: a bare Rust ping-pong between two threads** (`bench/pingpong.rs`, %s round " ..
+  w(string.format("**The floor: a bare Rust ping-pong between two threads** (`bench/suites/pingpong.rs`, %s round " ..
     "trips per run, same interleaved runs):", num(st.pingpong_n, 0)))
   w("")
   local prow = {}

@@ -1,4 +1,4 @@
--- Section 2 of the report: the peers, Lua Lanes and effil, measured by bench/peers.lua in the micro
+-- Section 2 of the report: the peers, Lua Lanes and effil, measured by bench/peers/peers.lua in the micro
 -- suite's interleaved repetitions next to vmpool running the same four figures, on every runtime
 -- where they load; each ratio pairs a peer's run with vmpool's run of the same repetition. When
 -- they were not found the section says so and how to build them.
@@ -13,7 +13,7 @@ local RUNTIME_LABEL = R.RUNTIME_LABEL
 
 local PEERS = { { id = "lanes", label = "Lua Lanes" }, { id = "effil", label = "effil" } }
 
--- the figures of bench/peers.lua: how to read one from a run, and how to print it
+-- the figures of bench/peers/peers.lua: how to read one from a run, and how to print it
 local FIGURES = {
   { label = "round trip, µs (one worker, blocking)", value = function(f) return f.round_trip and f.round_trip.us end,
     fmt = t },
@@ -112,7 +112,7 @@ local function versions(micro, rts)
   return #parts > 0 and table.concat(parts, ", ") or "versions not reported"
 end
 
--- the figures of bench/channels.lua
+-- the figures of bench/peers/channels.lua
 local CHANNEL_FIGURES = {
   { label = "channel ping-pong host ↔ state, µs per round trip",
     value = function(f) return f.pingpong and f.pingpong.us end, fmt = t },
@@ -124,7 +124,7 @@ local CHANNEL_FIGURES = {
     fmt = function(v) return num(v, 0) end },
 }
 
---- Channels (bench/channels.lua): vmpool on every runtime, the peers where they loaded, paired by
+--- Channels (bench/peers/channels.lua): vmpool on every runtime, the peers where they loaded, paired by
 --- repetition as above.
 local function channels(micro)
   local key = function(lib, lua) return "channels:" .. lib .. ":" .. lua end
@@ -160,11 +160,11 @@ local function channels(micro)
     end
   end
   if #rows == 0 then
-    w("*Channels: not measured in this run (`bench/channels.lua`, run by the micro suite).*")
+    w("*Channels: not measured in this run (`bench/peers/channels.lua`, run by the micro suite).*")
     w("")
     return
   end
-  w("**Channels** (`bench/channels.lua`): a host ↔ worker ping-pong over two channels (vmpool: " ..
+  w("**Channels** (`bench/peers/channels.lua`): a host ↔ worker ping-pong over two channels (vmpool: " ..
     "`vmpool.channel` in the host and a state; Lanes: one linda, two keys; effil: two `effil.channel`), " ..
     "small messages from one worker to the host as fast as they go, and `pool:stream` items into a " ..
     "generic `for` (vmpool only). Median of the runs [min–max]; **× vmpool** as above (for messages/s " ..
@@ -193,7 +193,8 @@ local function section()
   end
   w(string.format("Lua Lanes (a lane per worker, `lanes.gen` lanes reading jobs from a linda) and effil " ..
     "(`effil.thread` workers reading jobs from an `effil.channel`), used as their documentation recommends for a " ..
-    "pool (`bench/lib/baselines.lua`), against vmpool on the same figures (`bench/peers.lua`): one process per " ..
+    "pool (`bench/lib/baselines.lua`), against vmpool on the same figures (`bench/peers/peers.lua`): " ..
+    "one process per " ..
     "library and repetition, interleaved with the micro benchmark's runs; %s loaded from %s. Every worker runs " ..
     "the seed's script. Round trip: one worker, one blocking call at a time (vmpool: `core = 1`, `pool:invoke`). " ..
     "Calls/s: 1000 calls in flight over 2 workers, a new one sent as each result arrives (vmpool: `core = 2`, a " ..

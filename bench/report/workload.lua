@@ -1,4 +1,4 @@
--- Section 3 of the report: the workload (bench/workload.lua): the seed's script from P coroutines
+-- Section 3 of the report: the workload (bench/suites/workload.lua): the seed's script from P coroutines
 -- under every strategy of lib/strategies.lua, one table and two charts per CPU count, then idle
 -- release and the baselines that were missing.
 local svg = require "svg"

@@ -18,7 +18,7 @@
 --              process's CPU time per call (os.clock, every thread). Timed: run it on a quiet
 --              machine.
 --
--- Usage: lua bench/adapters.lua [--short] [--part=wakeups|cpu|throughput] [--reps=N]
+-- Usage: lua bench/probes/adapters.lua [--short] [--part=wakeups|cpu|throughput] [--reps=N]
 -- --short is what CI runs once (scripts/test.sh): fewer, shorter calls, one repetition; it fails
 -- (exit 1) only on the wake-up counts, which machine noise does not move.
 package.path = "bench/lib/?.lua;" .. package.path
@@ -236,6 +236,6 @@ pool:close()
 if PARTS.throughput then throughput() end
 
 if #failures > 0 then
-  io.stderr:write("bench/adapters.lua: " .. table.concat(failures, "; ") .. "\n")
+  io.stderr:write("bench/probes/adapters.lua: " .. table.concat(failures, "; ") .. "\n")
   os.exit(1)
 end

@@ -12,7 +12,7 @@
 //!   spinning only burns the time slice the other thread needs).
 //!
 //! Run: `cargo bench --bench pingpong -- [ROUND_TRIPS]`. Prints one line, a Lua table of
-//! microseconds per round trip (one measurement each after a warm-up; `bench/run.lua` repeats
+//! microseconds per round trip (one measurement each after a warm-up; `bench/report/run.lua` repeats
 //! the process and takes medians).
 
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -1,7 +1,7 @@
 -- Per-call cost against the number of chunks a pool holds (issue 10, section 6): an invoke of a
 -- loaded chunk with 10,000 chunks compiled (and loaded) must cost within 1.2x of the same with
 -- 10, and a recompile must cost each state O(1), not O(chunks). Run with the rock on the path:
---   LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/chunks.lua'
+--   LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/probes/chunks.lua'
 -- BENCH_QUICK=1 runs a few hundred iterations only (to check that the script works, not to
 -- measure). Prints medians of BENCH_REPS (5) interleaved runs with [min-max], and each ratio
 -- against the 10-chunk pool measured in the same run.

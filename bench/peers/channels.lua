@@ -1,4 +1,4 @@
--- Channels against the peers, one library per process: bench/run.lua runs it in the micro suite's
+-- Channels against the peers, one library per process: bench/report/run.lua runs it in the micro suite's
 -- interleaved repetitions for vmpool always, and for Lua Lanes and effil where they load (the
 -- report divides each peer's figure by vmpool's from the same repetition). The figures:
 --
@@ -10,10 +10,10 @@
 --              unbounded), µs per message
 --   stream     vmpool only: pool:stream items (a number) into a generic for, µs per item
 --
--- Usage: lua bench/channels.lua --lib=vmpool|lanes|effil [--scale=1]; prints one `return {...}`
+-- Usage: lua bench/peers/channels.lua --lib=vmpool|lanes|effil [--scale=1]; prints one `return {...}`
 -- line (with `absent` and no figures when the library cannot be loaded).
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local baselines = require "baselines"

@@ -1,4 +1,4 @@
--- The peers benchmark, one run of one library in one process (bench/run.lua repeats it for vmpool,
+-- The peers benchmark, one run of one library in one process (bench/report/run.lua repeats it for vmpool,
 -- Lua Lanes and effil on each runtime, interleaved with the micro benchmark, and the report divides
 -- each peer's figure by vmpool's from the same repetition). The same four figures for each:
 --
@@ -11,10 +11,10 @@
 --   spawn        no pool: a new worker (Lua state + OS thread, running init and the script) per call
 --                (vmpool: core = 0, max_noncore = huge, idle_timeout = 0, as the workload's no-pool row)
 --
--- Usage: lua bench/peers.lua --lib=vmpool|lanes|effil [--cpus=2] [--scale=1] [--idle=32]; prints one
+-- Usage: lua bench/peers/peers.lua --lib=vmpool|lanes|effil [--cpus=2] [--scale=1] [--idle=32]; prints one
 -- `return {...}` line (with `absent` and no figures when the library cannot be loaded).
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local baselines = require "baselines"

@@ -2,9 +2,9 @@
 -- in a Lua table with 1,000 live integer keys, when the keys keep growing (a sliding window, as
 -- never-reused tokens were) against keys reused from 1..1000. Median of 5 rounds [min-max].
 --
--- Usage: lua5.4 bench/tables.lua (or lua5.1, luajit); --quick or BENCH_QUICK=1 checks that it works.
+-- Usage: lua5.4 bench/probes/tables.lua (or lua5.1, luajit); --quick or BENCH_QUICK=1 checks that it works.
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 local B = require "benchlib"
 
 local o = B.options(arg or {})

@@ -6,12 +6,13 @@
 --
 -- Each round measures serial, co_invoke and map once per size, in a rotating order; medians of
 -- the rounds with [min-max]. The call count per size keeps each measurement near 0.2 s.
--- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && taskset -c 0,1 lua5.4 bench/speedup.lua'
+-- Usage (the rock on the path):
+--   LUA=lua5.4 sh -c '. scripts/luaenv.sh && taskset -c 0,1 lua5.4 bench/suites/speedup.lua'
 --   [--rounds=5]; --quick or BENCH_QUICK=1 checks that it works; --out=FILE also writes every
 --   round's figures, the settings and the load average to FILE as a Lua literal (`return {...}`,
---   what bench/run.lua's report suite reads).
+--   what bench/report/run.lua's report suite reads).
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local vmpool = require "vmpool"

@@ -16,11 +16,11 @@
 -- Each round measures every figure once, in the order of the list (so each figure's rounds are
 -- interleaved with the others'); the result is the median of the rounds with min and max.
 --
--- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/shared.lua'
+-- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/probes/shared.lua'
 --   [--rounds=7] [--ops=2000000] [--seconds=1] [--shards=N] [--set-every=10]; --quick or BENCH_QUICK=1 checks that it
 --   works.
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local vmpool = require "vmpool"

@@ -19,9 +19,9 @@
 --   chan_to_host   a number pushed by a state, popped by the host (one message)
 --   chan_stream    a number yielded by pool:stream's function, read by the for loop (one item)
 --
--- Usage: lua bench/cg.lua --kind=invoke --n=2000
+-- Usage: lua bench/suites/cg.lua --kind=invoke --n=2000
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local vmpool = require "vmpool"

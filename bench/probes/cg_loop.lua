@@ -6,7 +6,7 @@
 --   --loop=alloc   local t = { i, tostring(i) }
 --   --where=host | state | limit (a state with time_limit = 60) | huge (time_limit = math.huge)
 --
--- Usage: taskset -c 0 valgrind --tool=callgrind lua5.4 bench/cg_loop.lua --loop=arith --where=limit --n=2000000
+-- Usage: taskset -c 0 valgrind --tool=callgrind lua5.4 bench/probes/cg_loop.lua --loop=arith --where=limit --n=2000000
 local opts = {}
 for _, a in ipairs(arg or {}) do
   local k, v = a:match("^%-%-(%w+)=(.*)$")

@@ -5,7 +5,7 @@
 -- callers saw, no state or thread may be left, and nothing may have leaked.
 --
 --   scripts/soak.sh [runtimes]          (CI: 20 s per runtime; SOAK_SECONDS=60 for the full run)
---   lua5.4 bench/soak.lua [seconds] [max_calls]   (defaults: 60 s, 2M calls; needs the count-alloc
+--   lua5.4 spec/soak/soak.lua [seconds] [max_calls]   (defaults: 60 s, 2M calls; needs the count-alloc
 --                                        build of vmpool on LUA_CPATH, which scripts/soak.sh makes)
 --
 -- The leak verdict is exact accounting, not RSS. At two quiet moments (after a warm-up phase that

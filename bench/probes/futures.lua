@@ -8,10 +8,10 @@
 -- Each round measures the three once, in a rotating order; medians of the rounds with [min-max],
 -- and the process's CPU time per call (os.clock: every thread). Default pool, echo calls.
 --
--- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/futures.lua'
+-- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/probes/futures.lua'
 --   [--rounds=5] [--calls=300000]; --quick or BENCH_QUICK=1 checks that it works.
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local vmpool = require "vmpool"

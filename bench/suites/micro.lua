@@ -1,4 +1,4 @@
--- The micro benchmark, one measurement of each figure in one process (bench/run.lua repeats the
+-- The micro benchmark, one measurement of each figure in one process (bench/report/run.lua repeats the
 -- process, interleaved with the other runtimes and the Rust ping-pong, and takes medians):
 --
 --   direct       helloLua(i) called in the host: the floor
@@ -8,15 +8,15 @@
 --   submit       pool:submit, 1000 futures in flight (submit 1000, then wait each), default pool
 --   co_invoke    pool:co_invoke from 1000 coroutines under vmpool.run, default pool
 --
--- Lua Lanes and effil are measured by bench/peers.lua, in the same interleaved repetitions.
+-- Lua Lanes and effil are measured by bench/peers/peers.lua, in the same interleaved repetitions.
 --
 -- With a count-alloc build of the module (pool._alloc_counts exists) each figure also records the
 -- native bytes and allocations per call, and the host Lua heap growth per call with the host's GC
 -- stopped during the measured loop (so the growth is what the loop allocated).
 --
--- Usage: lua bench/micro.lua [--scale=1] [--warm=30000] ; prints one `return {...}` line.
+-- Usage: lua bench/suites/micro.lua [--scale=1] [--warm=30000] ; prints one `return {...}` line.
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local vmpool = require "vmpool"

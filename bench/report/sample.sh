@@ -7,7 +7,7 @@
 #   samples       how many samples were taken
 # The command must exec into the measured process (nice, taskset and lua all do), so that its pid
 # is the one sampled. Exits with the command's status; its stdout and stderr pass through.
-# Usage: bench/sample.sh OUT command [args...]
+# Usage: bench/report/sample.sh OUT command [args...]
 set -u
 out=$1
 shift

@@ -1,6 +1,6 @@
 -- One run of the workload: the seed's script called `--calls` times from `--p` coroutines in flight
 -- (vmpool.run + pool:co_invoke), with the pool sized by strategy `--strategy` (lib/strategies.lua).
--- bench/run.lua starts it under `taskset` for the CPU count and repeats it; this process measures
+-- bench/report/run.lua starts it under `taskset` for the CPU count and repeats it; this process measures
 -- one run and prints one `return {...}` line:
 --
 --   seconds, us_per_op   wall time of the calls (pool creation excluded, reported as startup_s)
@@ -12,9 +12,9 @@
 --   (the host's GC is stopped during the calls, so the growth of collectgarbage("count") is
 --   what they allocated); for a strategy with idle release, what idle release freed after it
 --
--- Usage: lua bench/workload.lua --strategy=ID --p=1000 --calls=20000 --cpus=2
+-- Usage: lua bench/suites/workload.lua --strategy=ID --p=1000 --calls=20000 --cpus=2
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local S = require "strategies"

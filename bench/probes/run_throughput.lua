@@ -1,14 +1,14 @@
 -- Calls/s through vmpool.run alone: N coroutines in flight, each making a number of echo calls
--- with pool:co_invoke, on the default pool. This is the loop of bench/adapters.lua's throughput
+-- with pool:co_invoke, on the default pool. This is the loop of bench/probes/adapters.lua's throughput
 -- part without the adapters, for measuring a change of vmpool.run's own path (an A/B against
 -- another build's rock, or under `strace -f -c -e trace=futex` with --reps=1 to count system calls).
 --
 -- Each repetition is one vmpool.run; the figure is the median of the repetitions with [min-max].
 --
--- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/run_throughput.lua'
+-- Usage (the rock on the path): LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/probes/run_throughput.lua'
 --   [--coroutines=1000] [--calls=200] [--reps=5]; --quick or BENCH_QUICK=1 checks that it works.
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local vmpool = require "vmpool"

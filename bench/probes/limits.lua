@@ -1,8 +1,8 @@
 -- What the execution limits cost and how precise the time limit is (the figures quoted in the
 -- README's Guarantees section). Run with the rock on the path, e.g.:
---   LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/limits.lua'
+--   LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/probes/limits.lua'
 -- or on every runtime:
---   for L in lua5.1 lua5.4 luajit; do LUA=$L sh -c ". scripts/luaenv.sh && $L bench/limits.lua"; done
+--   for L in lua5.1 lua5.4 luajit; do LUA=$L sh -c ". scripts/luaenv.sh && $L bench/probes/limits.lua"; done
 -- Prints medians of BENCH_REPS (5) runs with [min-max].
 local vmpool = require "vmpool"
 

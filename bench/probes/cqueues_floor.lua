@@ -4,9 +4,9 @@
 -- dispatcher does), against a plain coroutine.resume/yield of 1,000 coroutines from a Lua loop
 -- (what vmpool.run's driver does). No pool, no threads.
 --
--- Usage: lua bench/cqueues_floor.lua [--rounds=N]   (any runtime with lua-cqueues; BENCH_QUICK=1,
+-- Usage: lua bench/probes/cqueues_floor.lua [--rounds=N]   (any runtime with lua-cqueues; BENCH_QUICK=1,
 -- as scripts/bench-smoke.sh runs it, makes 5 rounds)
---        lua bench/cqueues_floor.lua --only=controller|plain --rounds=N   runs that path once and
+--        lua bench/probes/cqueues_floor.lua --only=controller|plain --rounds=N   runs that path once and
 -- prints nothing: for callgrind, whose counts at two values of N, subtracted and divided by
 -- 1,000 x their difference, are the instructions per wake-up
 -- (bench/results/2026-12-03-cqueues-instructions.md)

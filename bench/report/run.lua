@@ -4,17 +4,17 @@
 -- the order rotated on every repetition (A B C, B C A, ...), so a noisy moment spreads over all rows
 -- instead of landing on one, and keeps every single result in bench/out/*.dat.
 --
---   lua5.4 bench/run.lua micro       repeated micro benchmark         -> bench/out/micro.dat
---   lua5.4 bench/run.lua workload    strategies x P x CPUs            -> bench/out/workload.dat
---   lua5.4 bench/run.lua callgrind   instructions per call + profile  -> bench/out/callgrind.dat
---   lua5.4 bench/run.lua heavy       heavy work: speedup.lua (1 and 2 CPUs), map.lua, and
+--   lua5.4 bench/report/run.lua micro       repeated micro benchmark         -> bench/out/micro.dat
+--   lua5.4 bench/report/run.lua workload    strategies x P x CPUs            -> bench/out/workload.dat
+--   lua5.4 bench/report/run.lua callgrind   instructions per call + profile  -> bench/out/callgrind.dat
+--   lua5.4 bench/report/run.lua heavy       heavy work: speedup.lua (1 and 2 CPUs), map.lua, and
 --                                    ngx/heavy.lua, ngx/run.lua, ngx/instructions.lua
 --                                    (each writes its rounds with --out) -> bench/out/speedup.dat,
 --                                    map.dat, ngx-heavy.dat, ngx-trivial.dat, ngx-instructions.dat
 --                                    (skipped there without nginx or wrk, or valgrind)
---   lua5.4 bench/run.lua report      all four (-> bench/out/report-*.dat), then bench/report.lua
+--   lua5.4 bench/report/run.lua report      all four (-> bench/out/report-*.dat), then bench/report/write.lua
 --                                    writes bench/REPORT.md
---   lua5.4 bench/run.lua compare A B two builds interleaved, median ratios (see bench/compare)
+--   lua5.4 bench/report/run.lua compare A B two builds interleaved, median ratios (see bench/compare)
 --
 -- Settings (environment):
 --   BENCH_QUICK=1          development mode: fewer repetitions, shorter runs, P = 1000 and 4000
@@ -25,7 +25,7 @@
 --   BENCH_WORKLOAD_LUA=..  runtime of the workload matrix (default lua5.4)
 --   BENCH_CPUS="1 2"       CPU counts of the workload (taskset -c 0..N-1)
 --   VMPOOL_PEERS=DIR       Lua Lanes and effil built by bench/peers/build.sh into DIR/<lua>/: the
---                          micro suite then runs bench/peers.lua for them and for vmpool, and the
+--                          micro suite then runs bench/peers/peers.lua for them and for vmpool, and the
 --                          workload adds their rows (unset: they are measured only if `require`
 --                          finds them anyway, e.g. installed with LuaRocks)
 package.path = "bench/lib/?.lua;" .. package.path
@@ -112,11 +112,11 @@ local LOG = OUT .. "/run.log"
 
 --- The shell command of a measuring process: spec.env ({ "NAME=value", ... }), then the module
 --- paths (spec.cpath, spec.peers), nice, taskset (spec.cpus) and spec.argv; with `sample_file`,
---- under bench/sample.sh writing to it.
+--- under bench/report/sample.sh writing to it.
 local function command_of(spec, sample_file)
   local parts = {}
   if spec.env and #spec.env > 0 then parts[#parts + 1] = "env " .. table.concat(spec.env, " ") end
-  if sample_file then parts[#parts + 1] = "bench/sample.sh " .. sample_file end
+  if sample_file then parts[#parts + 1] = "bench/report/sample.sh " .. sample_file end
   if spec.cpath then
     -- the peers' modules (spec.peers: PEERS/<lua>) after vmpool's, never instead of it
     local cpath, path = spec.cpath .. "/?.so;", ""
@@ -258,7 +258,7 @@ local function baseline_presence(lua)
   return out
 end
 
---- The peers benchmark's jobs (bench/peers.lua): on every runtime where a peer loads, that peer and
+--- The peers benchmark's jobs (bench/peers/peers.lua): on every runtime where a peer loads, that peer and
 --- vmpool; and what was found where, for the report.
 local function peers_jobs()
   local jobs, presence = {}, {}
@@ -276,7 +276,7 @@ local function peers_jobs()
   return jobs, { dir = PEERS, presence = presence }
 end
 
---- The channels benchmark's jobs (bench/channels.lua): vmpool on every runtime, and each peer where
+--- The channels benchmark's jobs (bench/peers/channels.lua): vmpool on every runtime, and each peer where
 --- it loads (the same presence as the peers benchmark's).
 local function channels_jobs(presence)
   local jobs = {}
@@ -308,15 +308,16 @@ local function run_micro_job(job)
     return measure { argv = { OUT .. "/bin/pingpong", tostring(PINGPONG_N) }, cpus = job.cpus }
   end
   if job.kind == "channels" then
-    local argv = { job.lua, "bench/channels.lua", "--lib=" .. job.lib, "--scale=" .. MICRO_SCALE }
+    local argv = { job.lua, "bench/peers/channels.lua", "--lib=" .. job.lib, "--scale=" .. MICRO_SCALE }
     return measure { argv = argv, cpus = 2, cpath = module_dir(job.lua, "rock"), peers = peers_dir(job.lua) }
   end
   if job.kind == "peers" then
-    local argv = { job.lua, "bench/peers.lua", "--lib=" .. job.lib, "--scale=" .. MICRO_SCALE, "--cpus=" .. job.cpus }
+    local argv = { job.lua, "bench/peers/peers.lua", "--lib=" .. job.lib, "--scale=" .. MICRO_SCALE,
+      "--cpus=" .. job.cpus }
     return measure { argv = argv, cpus = job.cpus, cpath = module_dir(job.lua, job.tree or "rock"),
       peers = peers_dir(job.lua) }
   end
-  local argv = { job.lua, "bench/micro.lua", "--scale=" .. MICRO_SCALE, "--cpus=" .. job.cpus }
+  local argv = { job.lua, "bench/suites/micro.lua", "--scale=" .. MICRO_SCALE, "--cpus=" .. job.cpus }
   return measure { argv = argv, cpus = job.cpus, cpath = module_dir(job.lua, job.tree) }
 end
 
@@ -399,7 +400,7 @@ local function suite_workload()
     end
   end
   local function argv(c, count)
-    local a = { lua, "bench/workload.lua", "--strategy=" .. c.strategy, "--p=" .. c.p,
+    local a = { lua, "bench/suites/workload.lua", "--strategy=" .. c.strategy, "--p=" .. c.p,
       "--calls=" .. c.calls, "--cpus=" .. c.cpus }
     if count then a[#a + 1] = "--count" end
     return a
@@ -452,7 +453,7 @@ local function callgrind_run(interp, lua, kind, n, tree, tag)
   os.execute("rm -f " .. prefix .. ".*")
   local cmd = string.format(
     "env -u LUA_INIT -u LUA_INIT_5_4 -u LUA_CPATH_5_4 LUA_CPATH=%s taskset -c 0 valgrind --tool=callgrind " ..
-    "--separate-threads=yes --callgrind-out-file=%s.%%p %s bench/cg.lua --kind=%s --n=%d >>%s 2>&1",
+    "--separate-threads=yes --callgrind-out-file=%s.%%p %s bench/suites/cg.lua --kind=%s --n=%d >>%s 2>&1",
     sh_quote(module_dir(lua, tree) .. "/?.so;;"), prefix, interp, kind, n, LOG)
   local ok = os.execute(cmd)
   if not ok then return nil, "callgrind failed: " .. cmd end
@@ -654,13 +655,13 @@ local function rounds_args(argv)
   return argv
 end
 
---- bench/speedup.lua on 1 CPU and on 2 (Lua 5.4): the speedup of co_invoke and pool:map over
+--- bench/suites/speedup.lua on 1 CPU and on 2 (Lua 5.4): the speedup of co_invoke and pool:map over
 --- serial calls in the host, by call size
 local function suite_speedup()
   local lua = "lua5.4"
   local result = { runs = {}, errors = {} }
   for _, cpus in ipairs { 1, 2 } do
-    local argv = rounds_args { lua, "bench/speedup.lua" }
+    local argv = rounds_args { lua, "bench/suites/speedup.lua" }
     local shown = string.format("%s LUA=%s sh -c '. scripts/luaenv.sh && %staskset -c %s %s'", shown_vars(), lua,
       NICE ~= 0 and ("nice -n " .. NICE .. " ") or "", cpu_list(cpus), table.concat(argv, " "))
     local res, err = run_with_out("speedup-" .. cpus .. "cpu", { argv = argv, cpus = cpus,
@@ -672,13 +673,14 @@ local function suite_speedup()
   return result
 end
 
---- bench/map.lua on 2 CPUs (Lua 5.4): trivial items/s through pool:map next to co_invoke, and the
+--- bench/suites/map.lua on 2 CPUs (Lua 5.4): trivial items/s through pool:map next to co_invoke, and the
 --- scaling of heavy items from 1 state to 2
 local function suite_map()
   local lua = "lua5.4"
-  local shown = string.format("%s LUA=%s sh -c '. scripts/luaenv.sh && %staskset -c 0,1 %s bench/map.lua'",
+  local shown = string.format("%s LUA=%s sh -c '. scripts/luaenv.sh && %staskset -c 0,1 %s bench/suites/map.lua'",
     shown_vars(), lua, NICE ~= 0 and ("nice -n " .. NICE .. " ") or "", lua)
-  local res, err = run_with_out("map", { argv = { lua, "bench/map.lua" }, cpus = 2, cpath = module_dir(lua, "rock") },
+  local res, err = run_with_out("map",
+    { argv = { lua, "bench/suites/map.lua" }, cpus = 2, cpath = module_dir(lua, "rock") },
     (shown:gsub("^ ", "")))
   progress("[map] %s", res and "ok" or ("FAILED " .. tostring(err)))
   local result = res or { failed = err }
@@ -755,7 +757,7 @@ local function suite_compare(a_rev, b_rev)
   for r = 1, reps do
     local order = r % 2 == 1 and { "A", "B" } or { "B", "A" }
     for _, side in ipairs(order) do
-      local res, err = measure { argv = { lua, "bench/micro.lua", "--scale=" .. MICRO_SCALE, "--cpus=2" },
+      local res, err = measure { argv = { lua, "bench/suites/micro.lua", "--scale=" .. MICRO_SCALE, "--cpus=2" },
         cpus = 2, cpath = module_dir(lua, trees[side]) }
       if not res then error(err) end
       for name, f in pairs(res.figures) do
@@ -840,6 +842,6 @@ elseif what == "compare" then
   end
   suite_compare(arg[2], arg[3])
 else
-  io.stderr:write("usage: lua5.4 bench/run.lua micro|workload|callgrind|heavy|report|compare A B\n")
+  io.stderr:write("usage: lua5.4 bench/report/run.lua micro|workload|callgrind|heavy|report|compare A B\n")
   os.exit(2)
 end

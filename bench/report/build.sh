@@ -6,11 +6,11 @@
 #     allocator costs a few atomic additions per allocation, so allocations are counted in separate
 #     runs and never timed);
 #   - the Rust ping-pong (cargo bench --bench pingpong), linked at bench/out/bin/pingpong;
-#   - a symbolized Lua host per runtime for callgrind profiles (bench/lua-host.c, see there).
+#   - a symbolized Lua host per runtime for callgrind profiles (bench/report/lua-host.c, see there).
 # Lua 5.5 is the one scripts/lua55.sh builds into target/lua5.5 (scripts/rock.sh runs it).
-# Usage: bench/build.sh [lua5.1 lua5.4 lua5.5 luajit]
+# Usage: bench/report/build.sh [lua5.1 lua5.4 lua5.5 luajit]
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 runtimes=${*:-"lua5.1 lua5.4 lua5.5 luajit"}
 out=bench/out
 mkdir -p "$out/bin" "$out/trees/count"
@@ -35,7 +35,7 @@ for LUA in $runtimes; do
   case "$lib" in /*) a=$lib ;; *) a="/usr/lib/x86_64-linux-gnu/$lib" ;; esac
   [ -f "$a" ] || a=$(find /usr/lib -name "$lib" 2>/dev/null | head -n 1)
   if [ -n "$a" ] && [ -f "$a" ]; then
-    gcc -O2 -I"$inc" -o "$out/bin/$LUA-sym" bench/lua-host.c \
+    gcc -O2 -I"$inc" -o "$out/bin/$LUA-sym" bench/report/lua-host.c \
       -Wl,-E -Wl,--whole-archive "$a" -Wl,--no-whole-archive -lm -ldl
   else
     echo "bench: $lib not found: callgrind profiles of $LUA will not name Lua's functions" >&2

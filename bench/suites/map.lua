@@ -6,14 +6,14 @@
 -- processes of the same runtime, half the items in one process alone, then in two at once
 -- (alone time ÷ together time: 1 when the machine gives two busy processes a CPU each).
 -- Run with the rock on the path, e.g.:
---   LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/map.lua'
+--   LUA=lua5.4 sh -c '. scripts/luaenv.sh && lua5.4 bench/suites/map.lua'
 -- Settings: BENCH_REPS (rounds, default 5), BENCH_QUICK=1 (one short round: checks that the
 -- script works, as CI runs it; its figures mean nothing), MAP_ITEMS (trivial items, 2,000,000),
 -- MAP_HEAVY (heavy items, 400), MAP_WORK (loop iterations per heavy item, about 1 ms: 100,000).
 -- --out=FILE also writes every round's figures, the settings and the load average to FILE as a Lua
--- literal (`return {...}`, what bench/run.lua's report suite reads).
+-- literal (`return {...}`, what bench/report/run.lua's report suite reads).
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
-package.path = dir .. "/lib/?.lua;" .. package.path
+package.path = dir .. "/../lib/?.lua;" .. package.path
 
 local B = require "benchlib"
 local vmpool = require "vmpool"
@@ -137,7 +137,7 @@ local probe = vmpool.new()
 local cpus = probe:stats().core -- the default core: the CPUs this process may use
 probe:close()
 local load_before = loadavg()
-print(string.format("bench/map.lua on %s, %d CPUs, load average before: %s%s", vmpool.runtime, cpus,
+print(string.format("bench/suites/map.lua on %s, %d CPUs, load average before: %s%s", vmpool.runtime, cpus,
   load_before, QUICK and " (BENCH_QUICK=1: a check that the script runs, not a measurement)" or ""))
 
 local list = {}

@@ -2,7 +2,7 @@
 -- 256-entry cache is full from then on), then 100,000 more, each a different prototype sent once
 -- as the callee; its Lua heap is printed after each part, once collected (Lua shrinks its string
 -- table by half per collection, so the pool collects 8 times).
--- Usage: lua bench/fn_cache_memory.lua (the rock for that runtime in LUA_CPATH)
+-- Usage: lua bench/probes/fn_cache_memory.lua (the rock for that runtime in LUA_CPATH)
 local vmpool = require "vmpool"
 local pool = vmpool.new { core = 1 }
 local load = loadstring or load -- luacheck: ignore 113

@@ -1,13 +1,13 @@
 -- Writes bench/REPORT.md and bench/charts/*.svg from the results in bench/out/ (run by
 -- bench/run.sh after the suites; `bench/run.sh render` reruns it alone). Every number, and every
 -- comparison the prose makes, is computed from those results: rerunning the suites on another
--- machine rewrites the analysis to match its numbers. One module per section in bench/report/
--- (header, targets, micro, peers, workload, callgrind, heavy, analysis, seed), on top of report/results.lua (the
--- saved results and their summaries), report/format.lua (numbers, comparisons) and report/doc.lua
--- (the Markdown being written).
+-- machine rewrites the analysis to match its numbers. One module per section next to this file
+-- (header, targets, micro, peers, workload, callgrind, heavy, analysis, seed), on top of
+-- results.lua (the saved results and their summaries), format.lua (numbers, comparisons) and
+-- doc.lua (the Markdown being written), required as `report.<name>`.
 --
--- lua5.4 bench/report.lua                   the whole report
--- lua5.4 bench/report.lua --section=micro   the micro benchmark only, on stdout (make bench)
+-- lua5.4 bench/report/write.lua                   the whole report
+-- lua5.4 bench/report/write.lua --section=micro   the micro benchmark only, on stdout (make bench)
 package.path = "bench/lib/?.lua;bench/?.lua;" .. package.path
 local B = require "benchlib"
 local D = require "report.doc"
