@@ -46,6 +46,7 @@ lint: deps
 	cargo fmt --check
 	cargo fmt --check --manifest-path loader/Cargo.toml
 	python3 scripts/module-cycles.py
+	python3 scripts/check-links.py --toc README.md --files docs/architecture.md:src
 	cargo clippy --all-targets --locked -- -D warnings
 	cargo clippy --locked --manifest-path loader/Cargo.toml --target-dir target/loader -- -D warnings
 	luacheck --quiet spec examples bench src/lua rockspec types .busted scripts/rock-manifest.lua scripts/lua55/loopvars.lua
