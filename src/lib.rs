@@ -4,46 +4,62 @@
 //! OpenResty). The host compiles chunks once; each child state loads the bytecode once and keeps
 //! it; `pool:invoke(chunk, fn, ...)` runs `fn` in a free state and returns its results.
 //!
-//! A tour of the crate, in the order a call travels:
+//! ## A call, phase by phase
 //!
-//! - [`host`]: what Lua sees. `luaopen_vmpool` registers the pool, future and notifier types;
-//!   `pool:invoke` reads its arguments straight off the Lua stack ([`lua`] is the thin layer over
-//!   the C API) and encodes them with [`value`] (functions too: their bytecode travels beside the
-//!   message as prototypes this process dumped, and each state keeps what it loaded by content). The schedulers' Lua halves live in `src/lua/`:
-//!   `vmpool.run`, and the adapters `vmpool.ngx` (OpenResty), `vmpool.luv` and `vmpool.cqueues`
-//!   (`luaopen_vmpool_luv` / `luaopen_vmpool_cqueues` are their entry points in the library).
-//! - [`call`]: one call's record and the phases it moves through (queued, assigned, running,
-//!   done), with exactly one outcome. A `pool:map` batch is one call too ([`batch`] is its
-//!   format; `host/map_run.rs` keeps batches in flight, `child/batch.rs` runs one).
-//! - [`pool`]: the front (`Pool`: new, submit, cancel, collect, close, stats) over the sizing
-//!   options in [`config`]. [`pool::ledger`] holds every count (core states, non-core states up to
-//!   `max_noncore`, idle and busy, the waiting queue, the counters of `pool:stats()`) and is the
-//!   only code that changes them; [`pool::housekeeper`] is the idle check.
-//! - [`pool::worker`]: one OS thread per state, fed through a [`mailbox`]; waiting on either side
-//!   spins briefly and adaptively before parking ([`spin`]). It tells the pool what happened
-//!   through `release`, `retire`, `replaced` and `worker_exited`.
-//! - [`child`]: the child Lua state itself, created with vmpool's counting allocator
-//!   ([`state_heap`]): chunk loading (from [`chunk::Chunks`], which owns its epoch), the call
-//!   trampoline, tracebacks, and the hook behind `time_limit` and cancellation.
-//! - [`notify`]: completion queues and their doorbells (a condition variable, a socket, an
-//!   eventfd) that let schedulers (`vmpool.run`, OpenResty, luv, cqueues) sleep until a call
-//!   finishes.
-//! - [`shared`]: `vmpool.shared`, the process-wide dictionaries with `ngx.shared.DICT`'s API that
-//!   the host and every pool state reach (Lua side: `host/dict_api.rs`).
-//! - [`histogram`] and [`clock`]: the pools' latency figures (`pool:stats()`'s `wait` and `run`),
-//!   recorded by the workers without a lock; [`metrics`] writes them, the counts and the shared
-//!   dictionaries as Prometheus text (`vmpool.metrics()`).
-//! - [`channel`]: `vmpool.channel` and `vmpool.select`, bounded FIFOs of messages between the
-//!   host and the states (Lua side: `host/channel_api.rs`); a coroutine that waits on one is woken
-//!   through the same completion queues as calls.
-//! - [`chunk`], [`error`], [`abi`], [`sys`]: compiled chunks, the one error type, the runtime
-//!   check at load time, and fork detection.
+//! A call is one record, [`call::Call`], whose phase moves by compare-and-swap so that exactly one
+//! party writes its outcome: NEW → ASSIGNED (a state is reserved) or QUEUED (waiting for one) →
+//! RUNNING → DONE; a call cancelled, timed out in the queue or caught by `close` goes QUEUED or
+//! ASSIGNED → CLAIMED → DONE.
 //!
-//! `docs/architecture.md` is the map: one paragraph per module, and the path of a call and of a
-//! wake-up through them.
+//! 1. Prepare, on the host thread ([`host`]): `pool:invoke` reads its arguments off the Lua stack
+//!    ([`lua`], the thin layer over the C API), finds the chunk ([`chunk::Chunks`]), takes a
+//!    record from its `CallCache` and encodes the arguments into it ([`value`]; a function travels
+//!    as a `Proto` this process dumped, with its upvalues).
+//! 2. Submit: [`pool::Pool`] asks its [`pool::ledger`] (every count of the pool, and the only code
+//!    that changes them) for an idle state, a new one, the queue or a refusal, under the pool's
+//!    `inner` mutex; the call is then posted to that state's [`mailbox`].
+//! 3. Run, on the state's thread ([`pool::worker`]): the worker takes the call, and
+//!    [`child`]'s `Child::run` loads the chunk's version if needed, arms the limits (the watchdog,
+//!    `child::limits`) and runs the trampoline under `lua_pcall`, which decodes the arguments,
+//!    calls `fn` and encodes its results into the record.
+//! 4. Release: the worker reports to the pool (`Pool::release`: count the outcome, take the next
+//!    queued call or go idle), then `Call::finish` publishes DONE and wakes whoever waits: the
+//!    host parked on the record (after a brief adaptive spin, [`spin`]), or a scheduler's
+//!    completion queue ([`notify`]).
+//! 5. Results, on the host: the outcome is decoded onto the host's stack in a protected call, and
+//!    the record goes back to the cache.
 //!
-//! Build one cargo feature per runtime (`lua51`, `lua52`, `lua53`, `lua54`, `lua55`, `luajit`) plus `module` for the loadable
-//! library; without `module` the crate links the system Lua, which is how `cargo test` runs.
+//! ## The types, by module
+//!
+//! - [`host`]: the Lua face. `PoolHandle` (`host/call_io.rs`, a pool as Lua holds it),
+//!   `FutureHandle` (`pool:submit`'s future), `NotifierHandle` over `Waits` (`host/waits.rs`: the
+//!   one registry of waits every scheduler files its coroutines' calls in, token → waiting call or
+//!   map batch, with batching), `CallCache`; the Lua halves in `src/lua/`: `vmpool.run`
+//!   (`vmpool.lua`) and the adapters `vmpool.ngx`, `vmpool.luv`, `vmpool.cqueues`.
+//! - [`call`]: `Call`, its `Job` (invoke, collect, a map batch in the [`batch`] format) and its
+//!   `Outcome`.
+//! - [`pool`]: `Pool` over [`config`]'s `Config`; `Ledger`; `Threads` and the worker loop; the
+//!   `Housekeeper` (acquire timeouts, idle non-core states); the registry of open pools.
+//! - [`child`]: `Child`, a Lua state created with [`state_heap`]'s counting allocator; the
+//!   `Watchdog` that sets the limit hook when a call is due.
+//! - [`chunk`]: `Chunk` (compiled once), `Chunks` (the pool's registry and its epoch).
+//! - [`notify`]: `Notifier` (a completion queue of tokens), `Doorbell` (how it rings a loop: an
+//!   eventfd, or a socket for OpenResty), `PollSignal` (`fut:pollfd()`); [`token_map`] keeps the
+//!   tokens small and dense.
+//! - [`shared`]: `Dict`, `vmpool.shared`'s dictionaries with `ngx.shared.DICT`'s API, and their
+//!   registry; [`channel`]: `Channel`, `vmpool.channel` and `vmpool.select`, with watchers that
+//!   wake coroutines through the same completion queues as calls.
+//! - [`histogram`] (`Histogram`) and [`clock`]: `pool:stats()`'s latency figures, recorded without
+//!   a lock; [`metrics`]: the Prometheus text of `vmpool.metrics()`.
+//! - [`error`]: `Error`, every message starting with `vmpool:`; [`abi`]: the runtime check at
+//!   load time; [`sys`]: what vmpool needs from the operating system.
+//!
+//! `docs/architecture.md` is the map: every file of `src/` in one line, what each module does,
+//! the path of a call, of a wake-up, of a channel wait and of a map, and where to add a scheduler.
+//!
+//! Build one cargo feature per runtime (`lua51`, `lua52`, `lua53`, `lua54`, `lua55`, `luajit`) plus
+//! `module` for the loadable library; without `module` the crate links the system Lua, which is how
+//! `cargo test` runs.
 
 // What already holds, kept: every unsafe block says why it is sound, unsafe functions mark their
 // own unsafe operations, and every dependency is used.

@@ -19,8 +19,7 @@
 -- dispatcher opens a batch on the notifier (notifier:_open_batch), in which notifier:_call defers,
 -- and the batch closes (submitting them) when every woken coroutine took its results, or after a
 -- few turns of the controller. Waking a sleeping worker costs a system call and a context switch,
--- and one batch then wakes it once, not once per call
--- (bench/results/2026-12-01-futures-and-adapters.md).
+-- and one batch then wakes it once, not once per call.
 
 local _, native, add_loop, shared = ...
 

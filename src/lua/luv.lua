@@ -15,7 +15,7 @@
 -- a batch on the notifier, notifier:_open_batch, in which notifier:_call defers) and handed to the
 -- pool together every 64 calls and when the callback ends (notifier:_close_batch): waking a
 -- sleeping worker costs a system call and a context switch, and one batch then wakes it once, not
--- once per call (bench/results/2026-12-01-futures-and-adapters.md).
+-- once per call.
 --
 -- The poll handle exists only while the pool has calls in flight through this adapter: it is
 -- closed when the last one is dispatched, so a loop with no other work ends (uv.run returns), and

@@ -146,9 +146,8 @@ end
 -- vmpool.ngx) mark a token nobody waits for with false, never nil. Tokens are small and dense (a
 -- token is reused once its call is done; src/token_map.rs), so every token stays a key, the table
 -- stops growing at the most calls ever in flight, and Lua keeps it in its array part. Cleared
--- with nil, the keys come and go: Lua 5.4 rehashed a table of 2,000 tokens about once every 80
--- calls under vmpool.luv, 19% of the loop thread's instructions per call (callgrind, 10,863 with
--- nil against 8,816 with false; bench/results/2026-12-03-waiting-tables.md).
+-- with nil, the keys come and go and Lua rehashes the table as they do: a call under vmpool.luv
+-- cost the loop's thread 10,863 instructions with nil, 8,816 with false (Lua 5.4, callgrind).
 
 -- What the event-loop adapters share with this file (their fourth argument).
 local shared = {
