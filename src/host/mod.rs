@@ -11,8 +11,7 @@ pub mod call_io;
 pub mod channel_api;
 #[cfg(feature = "count-alloc")]
 pub mod count_alloc;
-pub mod dict_api;
-pub mod dict_ffi;
+pub mod dict;
 pub mod future_api;
 pub mod map_api;
 pub mod map_run;
@@ -40,7 +39,7 @@ const NGX_GLUE: &str = include_str!("../lua/ngx.lua");
 /// The event-loop adapters (`native._luv_source`, `native._cqueues_source`).
 const LUV_GLUE: &str = include_str!("../lua/luv.lua");
 const CQUEUES_GLUE: &str = include_str!("../lua/cqueues.lua");
-/// The LuaJIT FFI path of `vmpool.shared` (`native._dict_ffi_source`, see `dict_ffi.rs`).
+/// The LuaJIT FFI path of `vmpool.shared` (`native._dict_ffi_source`, see `dict/luajit.rs`).
 const DICT_FFI_GLUE: &str = include_str!("../lua/dict_ffi.lua");
 /// `require "vmpool.luv"` through the library's `luaopen_vmpool_luv`: loading `vmpool` registers
 /// the adapters in `package.preload`.
@@ -117,7 +116,7 @@ const MAP_METHODS: Methods = &[
 const MAP_META: Methods = &[("__gc", map_api::gc), ("__tostring", map_api::tostring)];
 const FUNCTIONS: Methods = &[
     ("new", pool_api::new_pool),
-    ("shared", dict_api::shared),
+    ("shared", dict::shared),
     ("_ngx_state", ngx_state_api::ngx_state),
     ("clock", clock),
     ("memory", pool_api::memory),

@@ -30,6 +30,8 @@ use crate::shared::dict::{self, Found, Item, Kind, Mode, Number, Refused, Scalar
 use crate::shared::{self as registry, Named, Options};
 use crate::Error;
 
+pub mod luajit;
+
 /// What a dictionary userdata holds.
 pub struct SharedHandle {
     named: Arc<Named>,

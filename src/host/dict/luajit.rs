@@ -17,7 +17,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::host::dict_api::SharedHandle;
+use super::SharedHandle;
 use crate::host::userdata;
 use crate::shared::dict::{self, Found, Kind, Mode, Number, Scalar, ValueSink};
 
