@@ -1,6 +1,6 @@
 //! `vmpool.shared(name [, options])`: named dictionaries of the process, with the API and
 //! semantics of `ngx.shared.DICT` ([`dict`]), visible from the host and from every state of every
-//! pool. The registry below maps names to dictionaries; the Lua side is `host/dict_api.rs`.
+//! pool. The registry below maps names to dictionaries; the Lua side is `host/dict/`.
 //!
 //! Every state reaches the same registry because it is a static of this library, and a pool
 //! state that does `require "vmpool"` loads this very library again (it has the host's
