@@ -1,7 +1,8 @@
 //! What every host function that makes a call shares: the pool handle and how it prepares a
 //! call from Lua arguments (chunk lookup, argument encoding into a reused call record), pushing a
-//! finished call's outcome back, the host thread's wait budget, and bad-argument errors. The pool,
-//! future, notifier and driver APIs depend on this module and not on each other's.
+//! finished call's outcome back, the host thread's wait budget, and bad-argument errors. Every
+//! host API that makes or waits for a call builds on it (pool, future, map, notifier, channel and
+//! the registry of waits); of those, the future API is the one the others also use.
 
 use std::ffi::c_int;
 use std::sync::Arc;

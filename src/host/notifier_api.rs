@@ -4,18 +4,19 @@
 //! tokens of finished ones from it.
 //!
 //! The calls path, the same under every scheduler: `token, first = notifier:_call(pool, chunk, fn,
-//! ...)` files the call (no future userdata: its allocation and finalizer were a good part of a
-//! call's cost on the event loop) and hands it to its pool, or, while a batch is open, defers it
-//! (`first`: the outbox was empty). `notifier:_take(token [, wait])` returns its results (or
-//! raises its error) once its token came back; `notifier:_drop(token)` gives it up. A map's batch
-//! is waited for with `token = notifier:_watch(m)` (nil: step again at once) and
+//! ...)` files the call without a future userdata (whose allocation and finalizer would be a good
+//! part of a call's cost on the event loop) and hands it to its pool, or, while a batch is open,
+//! defers it (`first`: the outbox was empty). `notifier:_take(token [, wait])` returns its results
+//! (or raises its error) once its token came back; `notifier:_drop(token)` gives it up. A map's
+//! batch is waited for with `token = notifier:_watch(m)` (nil: step again at once) and
 //! `notifier:_unwatch(token)`; a future's with `fut:_subscribe(notifier, notifier:_token())`.
 //!
 //! One batching protocol: `notifier:_open_batch([takes [, flush_every]])` opens a batch, in which
 //! `_call` defers; the outbox goes to the pools every `flush_every` calls (default 64: workers
 //! start on the first ones while the loop still resumes the rest), at `notifier:_flush()`, at the
 //! `takes`-th `_take` (cqueues, which cannot tell when its controller has run the woken coroutines)
-//! and at `notifier:_close_batch()`, which returns how many calls batches deferred since the last.
+//! and at `notifier:_close_batch()`, which returns how many calls batches deferred since the last;
+//! `notifier:_batch_open()` says whether one is still open (the `takes`-th `_take` closes it).
 //! vmpool.run and luv open one per wake-up; ngx keeps one open and flushes once per turn of
 //! nginx's event loop. So a batch wakes a sleeping worker once, not once per call.
 //!

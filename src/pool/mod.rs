@@ -1,4 +1,4 @@
-//! The pool: its front ([`Pool`]: new, submit, cancel, collect, close, stats) over three parts
+//! The pool: its front ([`Pool`]: new, submit, cancel, collect, close, stats) over four parts
 //! with one job each:
 //!
 //! - [`ledger`]: the counts (which states exist, which are idle, which calls wait, the counters of
@@ -11,10 +11,11 @@
 //! workers record into without the lock: `wait` (submit to a state taking the call) and `run`
 //! (start to end in the state), from three clock reads per call ([`crate::clock`]).
 //!
-//! Everything is guarded by one mutex, held only for a few instructions per call (reserve on
-//! submit, release when a worker finishes); Lua code never runs under it. What the ledger decides
-//! under the lock (post this call, start that worker, tell these states to exit, wake the idle
-//! check) is carried out after the lock is released.
+//! The counts are guarded by one mutex (`inner`), held only for a few instructions per call
+//! (reserve on submit, release when a worker finishes); Lua code never runs under it, nor under the
+//! pool's two other locks (the poll signal of `fut:pollfd()`, the spare call records). What the
+//! ledger decides under the lock (post this call, start that worker, tell these states to exit,
+//! wake the idle check) is carried out after the lock is released.
 
 pub mod housekeeper;
 pub mod ledger;
@@ -97,10 +98,9 @@ struct Spares {
 /// Most calls kept in `spare_calls`. Futures come back only when the host's garbage collector
 /// finalizes them, many thousands at once: with 1,000 futures in flight, Lua 5.4's default pause
 /// leaves about 20,000 dead ones per cycle, because the calls' memory is outside the Lua heap the
-/// collector paces itself by. With room for 8,192, the rest were freed and the next calls
-/// allocated new records and buffers again (15% of the calls; bench/results/
-/// 2026-12-01-futures-host-path.md). The spares are calls the program had alive at once anyway,
-/// so keeping them does not raise its peak memory; `pool:collect()` frees them all.
+/// collector paces itself by; the spares must hold them, or the next calls allocate new records
+/// and buffers again. The spares are calls the program had alive at once anyway, so keeping them
+/// does not raise its peak memory; `pool:collect()` frees them all.
 pub const MAX_SPARE_CALLS: usize = 32768;
 
 /// Most bytes the spare calls may hold together, records and buffers (a call that would go over
