@@ -11,7 +11,7 @@ use std::time::Duration;
 use crate::call::{Call, Waited};
 use crate::chunk::Chunk;
 use crate::host::call_cache::CallCache;
-use crate::host::protect::protected;
+use crate::host::protect::{decode_protected, protected};
 use crate::host::userdata;
 use crate::lua::{HookMark, State};
 use crate::pool::Pool;
@@ -341,26 +341,16 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
     } else {
         Vec::new()
     };
-    let mut corrupt = None;
-    let n = protected(
-        st,
-        0,
-        || format!("receiving the results of {}", call_name(call)),
-        &mut |st| match value::push_message(st, buf, &protos, None, false) {
-            Ok(n) => n,
-            Err(c) => {
-                corrupt = Some(c.0);
-                0
-            }
-        },
-    )?;
-    match corrupt {
-        None => Ok(n),
-        Some(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
+    let doing = || format!("receiving the results of {}", call_name(call));
+    match decode_protected(st, 0, doing, |st| {
+        value::push_message(st, buf, &protos, None, false)
+    })? {
+        Ok(n) => Ok(n),
+        Err(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
             "cannot pass the results of {}: {what}",
             call_name(call)
         ))),
-        Some(what) => Err(Error::Internal(format!("cannot decode results: {what}"))),
+        Err(what) => Err(Error::Internal(format!("cannot decode results: {what}"))),
     }
 }
 

@@ -32,6 +32,12 @@ use mlua::ffi;
 use crate::lua::State;
 use crate::Error;
 
+/// The `__gc` of a userdata holding a `T`: drops the value ([`userdata::finalize`]).
+pub(crate) fn finalize<T: userdata::Tagged>(st: State) -> Result<c_int, Error> {
+    userdata::finalize::<T>(st, 1);
+    Ok(0)
+}
+
 /// The Lua half of the module, compiled into the library.
 const GLUE: &str = include_str!("../lua/vmpool.lua");
 /// The OpenResty adapter: compiled by `vmpool.lua` only inside ngx_lua (`native._ngx_source`).

@@ -314,11 +314,7 @@ fn set_method(st: State, runner: c_int, name: &str, f: ffi::lua_CFunction) {
     st.raw_set_str(-2, name);
 }
 
-crate::lua_function!(fn GC => gc_impl);
-fn gc_impl(st: State) -> Result<c_int, Error> {
-    userdata::finalize::<SharedHandle>(st, 1);
-    Ok(0)
-}
+crate::lua_function!(fn GC => crate::host::finalize::<SharedHandle>);
 
 crate::lua_function!(fn TOSTRING => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
