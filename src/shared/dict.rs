@@ -59,7 +59,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-// foldhash (hashbrown's own default) instead of std's SipHash: SipHash was about 190 of a get's
+// foldhash (hashbrown's own default) instead of std's SipHash, which costs about 190 of a get's
 // 2,300 instructions (callgrind). Each dictionary gets its own random seed, which keeps keys
 // chosen by outsiders (request data) from colliding on purpose without knowing it; foldhash does
 // not claim more than that against a determined attacker.
@@ -454,8 +454,8 @@ impl Dict {
     ///
     /// Why: a copy per `set` means a `malloc` in the writing thread and a `free` of the old value
     /// under the shard's lock, often of memory another thread allocated, which takes that
-    /// thread's allocator arena lock: with several threads writing the same keys it was the
-    /// dictionary's main cost (bench/shared.lua, "scaling").
+    /// thread's allocator arena lock: with several threads writing the same keys, that would be
+    /// the dictionary's main cost (bench/shared.lua, "scaling").
     #[allow(clippy::too_many_arguments)]
     fn overwrite_string(
         &self,
