@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use crate::call::{Call, Waited};
 use crate::chunk::Chunk;
-use crate::host::call_cache::CallCache;
 use crate::host::protect::{decode_protected, protected};
 use crate::host::userdata;
 use crate::lua::{HookMark, State};
+use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
 use crate::spin::AdaptiveSpin;
 use crate::value::{self, Role};

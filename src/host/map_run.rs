@@ -20,11 +20,11 @@ use std::sync::Arc;
 
 use crate::call::{Call, Job, ASSIGNED, RUNNING};
 use crate::chunk::Chunk;
-use crate::host::call_cache::CallCache;
 use crate::host::call_io::{self, PoolHandle};
 use crate::host::protect::{decode_protected, protected};
 use crate::host::userdata;
 use crate::lua::{State, TTABLE};
+use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
 use crate::value::{self, Role};
 use crate::Error;

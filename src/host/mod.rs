@@ -6,7 +6,6 @@
 //! `package.preload` entries of `vmpool.luv` and `vmpool.cqueues`, and [`open_adapter`] is what
 //! `require` finds in the library when it looks for those names before `vmpool` is loaded.
 
-pub mod call_cache;
 pub mod call_io;
 pub mod channel_api;
 #[cfg(feature = "count-alloc")]

@@ -18,6 +18,7 @@
 //! ledger decides under the lock (post this call, start that worker, tell these states to exit,
 //! wake the idle check) is carried out after the lock is released.
 
+pub mod call_cache;
 pub mod housekeeper;
 pub mod ledger;
 pub mod registry;
