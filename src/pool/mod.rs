@@ -6,7 +6,8 @@
 //! - [`worker`]: the thread that owns one state, and the registry of those threads;
 //! - [`housekeeper`]: the idle check (acquire timeouts, idle non-core states, joining threads);
 //! - [`registry`]: the open pools of the process by name, for `vmpool.metrics()`;
-//! - `spares`: the finished call records kept for the host to reuse.
+//! - `spares` and [`call_cache`]: the finished call records kept for the host to reuse, shared
+//!   by the pool and cached by each host thread.
 //!
 //! Besides the counts, each pool keeps two latency histograms ([`crate::histogram`]) that its
 //! workers record into without the lock: `wait` (submit to a state taking the call) and `run`

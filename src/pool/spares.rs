@@ -1,6 +1,6 @@
 //! The finished call records a pool keeps for its host to reuse: futures the host's garbage
 //! collector finalized give their calls back here ([`super::Pool::give_back_call`]), and the
-//! host's own cache of calls (`host/call_cache.rs`) refills from here, so that a call allocates
+//! host thread's own cache of calls (`call_cache.rs`) refills from here, so that a call allocates
 //! no record and no buffers in the steady state.
 
 use std::sync::Arc;
