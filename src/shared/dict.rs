@@ -397,7 +397,7 @@ impl Dict {
     }
 
     /// `set` or `replace` of a string without TTL, done in the key's home slot without the
-    /// shard's lock ([`ReadCache::rewrite`]) when the slot holds a string of the same length and
+    /// shard's lock ([`ReadCache::rewrite`](super::read_cache::ReadCache::rewrite)) when the slot holds a string of the same length and
     /// the shard has no expired entry for a locked `set` to remove first. Such a key is live (a
     /// home holds no TTL), and its size does not change; false when this does not apply. `key`
     /// is in shard `own` with hash `hash` ([`Dict::locate`]).
