@@ -171,6 +171,13 @@ impl Channel {
         q.msgs.len() < self.capacity && (q.msgs.is_empty() || q.bytes + size <= self.max_bytes)
     }
 
+    /// Appends `msg` (the caller checked for room) and moves the version; waking is the caller's.
+    fn append(&self, q: &mut Queue, msg: Vec<u8>) {
+        q.bytes += msg.len();
+        q.msgs.push_back(msg);
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
     /// Appends `msg`, waiting up to `timeout` for room (`Some(ZERO)` = never wait, `None` =
     /// no limit). `stop` is polled while waiting. Gives the message back when it fails.
     pub fn push(
@@ -192,9 +199,7 @@ impl Channel {
                 return Err((Fail::Closed, msg));
             }
             if self.has_room(&q, msg.len()) {
-                q.bytes += msg.len();
-                q.msgs.push_back(msg);
-                self.version.fetch_add(1, Ordering::Release);
+                self.append(&mut q, msg);
                 // room may remain for the next pusher we were woken ahead of
                 if woken && self.has_room(&q, 0) {
                     self.wake_one(&mut q, Side::Push);
@@ -342,9 +347,7 @@ impl Channel {
             return Err((Fail::Closed, msg));
         }
         if self.has_room(&q, msg.len()) {
-            q.bytes += msg.len();
-            q.msgs.push_back(msg);
-            self.version.fetch_add(1, Ordering::Release);
+            self.append(&mut q, msg);
             self.wake_one(&mut q, Side::Pop);
             return Ok(());
         }
