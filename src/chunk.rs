@@ -19,8 +19,8 @@ use crate::Error;
 ///
 /// Aligned to two cache lines so that in an `Arc<Chunk>` the reference counts, which the host
 /// changes on every call it builds and recycles, sit on another line than the fields a worker
-/// reads on every call it runs (with the counts beside them, each read missed the worker's
-/// cache; bench/results/2026-12-01-futures-host-path.md).
+/// reads on every call it runs (with the counts beside them, each read misses the worker's
+/// cache).
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct Chunk {

@@ -53,9 +53,8 @@ pub struct Config {
     pub thread_nice: Option<i32>,
     /// The scheduling class each worker thread sets when it starts (Linux: `sched_setscheduler`
     /// on its own thread; the portable build ignores it). Default: [`Sched::Normal`] (the host's
-    /// class is left alone), inside nginx too: there the idle class measured no better for the
-    /// event loop's tail than `nice` 10 and cost about 3% of heavy throughput
-    /// (bench/results/2026-12-01-sched-and-shared.md).
+    /// class is left alone), inside nginx too: there the idle class does no better for the event
+    /// loop's tail than `nice` 10 and costs about 3% of heavy throughput.
     pub sched: Sched,
     /// `package.path` / `package.cpath` for children (copied from the host at `vmpool.new`, so
     /// `require` in `init` finds what the host finds).

@@ -125,7 +125,7 @@ impl Histogram {
         self.sum.fetch_add(ticks, Ordering::Relaxed);
     }
 
-    /// The counts in the order of the values ([`index`]).
+    /// The counts in the order of the values (`index` in the tests).
     fn counts(&self) -> Vec<u64> {
         (0..BUCKETS)
             .map(|k| self.buckets[(k + ROTATION) % BUCKETS].load(Ordering::Relaxed))

@@ -171,9 +171,8 @@ impl Notifier {
 
     /// Queues `token`; the first token after a drain rings the doorbell. The ring (a system call
     /// that wakes the loop) happens after the lock is released: the woken loop drains at once, and
-    /// with the lock still held it had to wait for this thread, which the loop's wake-up had just
-    /// preempted (a pool thread in the idle class always is). In OpenResty that made the event
-    /// loop block on this lock about once per request (bench/results/2026-12-01-sched-and-shared.md).
+    /// with the lock still held it would wait for this thread, which the loop's wake-up has just
+    /// preempted (a pool thread in the idle class always is): in OpenResty, about once per request.
     /// A drain between the unlock and the ring takes the token, and the ring then wakes the loop
     /// for nothing: a spurious wake-up, never a lost one.
     pub fn push(&self, token: u64) {

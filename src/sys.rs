@@ -181,6 +181,40 @@ pub fn fork_generation() -> u64 {
     FORK_GENERATION.load(Ordering::Relaxed)
 }
 
+/// A process-wide value that `fork()` resets: what the parent kept in it (its channels, its
+/// shared dictionaries) is not the child's, whose copy starts empty. Kept behind a lock.
+pub struct PerProcess<T> {
+    /// The value and the [`fork_generation`] it was made in.
+    slot: Option<(u64, T)>,
+}
+
+impl<T: Default> PerProcess<T> {
+    pub const fn new() -> Self {
+        PerProcess { slot: None }
+    }
+
+    /// This process's value: made on first use, and made anew in a forked child.
+    pub fn get_mut(&mut self) -> &mut T {
+        let generation = fork_generation();
+        if self.slot.as_ref().is_some_and(|(g, _)| *g != generation) {
+            self.slot = None;
+        }
+        &mut self
+            .slot
+            .get_or_insert_with(|| (generation, T::default()))
+            .1
+    }
+
+    /// This process's value, if it has made one (none inherited through `fork()`).
+    pub fn get(&self) -> Option<&T> {
+        let generation = fork_generation();
+        self.slot
+            .as_ref()
+            .filter(|(g, _)| *g == generation)
+            .map(|(_, v)| v)
+    }
+}
+
 pub fn pid() -> u32 {
     std::process::id()
 }

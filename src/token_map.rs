@@ -3,9 +3,8 @@
 //!
 //! Tokens are small and dense: a token is reused once it can never come back, so a vector
 //! indexed by the token serves the values keyed by it. An insert and a removal are one store
-//! each, where the hash map they replaced cost about 140 instructions per call together
-//! (callgrind, `bench/ngx/instructions.lua`). The vector grows to the largest token in use, which
-//! is the most calls ever in flight at once.
+//! each (a hash map costs about 140 instructions per call for the two, callgrind). The vector
+//! grows to the largest token in use, which is the most calls ever in flight at once.
 
 /// Tokens from 1 up, the freed ones first. A token that came back in the array of a
 /// `drain`/`wait` and was then freed is reused only from the next `drain`/`wait` on (`release`,

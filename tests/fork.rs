@@ -164,3 +164,36 @@ fn a_shared_dictionary_is_refused_after_fork_and_starts_empty_when_opened_again(
         shared::dict::Got::Value { .. }
     ));
 }
+
+#[test]
+fn a_channel_is_refused_after_fork_and_starts_empty_when_opened_again() {
+    use vmpool::testing::channel::{self, Options};
+    let c = channel::open("fork-rs", Options::default()).unwrap();
+    c.push(b"m".to_vec(), Some(Duration::ZERO), &|| false)
+        .unwrap();
+    let parent = std::process::id();
+    let code = in_child(Duration::from_secs(10), || {
+        let msg = match c.check_process() {
+            Err(e) => e.to_string(),
+            Ok(()) => return 2,
+        };
+        if !msg.starts_with(&format!(
+            "vmpool: channel 'fork-rs' was created in another process (pid {parent})"
+        )) {
+            return 3;
+        }
+        let again = channel::open("fork-rs", Options::default()).unwrap();
+        if again.check_process().is_err() || !again.is_empty() || Arc::ptr_eq(&again, &c) {
+            return 4;
+        }
+        0
+    });
+    assert_eq!(code, Some(0));
+    assert!(c.check_process().is_ok());
+    assert_eq!(c.len(), 1, "the parent's channel keeps its message");
+    let same = channel::open("fork-rs", Options::default()).unwrap();
+    assert!(
+        Arc::ptr_eq(&same, &c),
+        "the parent's registry still holds its channel"
+    );
+}

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::call::{Call, Outcome, CLAIMED, NEW};
+use crate::sys::PerProcess;
 use crate::Error;
 
 /// `capacity` (messages) when the options do not give one.
@@ -171,6 +172,13 @@ impl Channel {
         q.msgs.len() < self.capacity && (q.msgs.is_empty() || q.bytes + size <= self.max_bytes)
     }
 
+    /// Appends `msg` (the caller checked for room) and moves the version; waking is the caller's.
+    fn append(&self, q: &mut Queue, msg: Vec<u8>) {
+        q.bytes += msg.len();
+        q.msgs.push_back(msg);
+        self.version.fetch_add(1, Ordering::Release);
+    }
+
     /// Appends `msg`, waiting up to `timeout` for room (`Some(ZERO)` = never wait, `None` =
     /// no limit). `stop` is polled while waiting. Gives the message back when it fails.
     pub fn push(
@@ -192,9 +200,7 @@ impl Channel {
                 return Err((Fail::Closed, msg));
             }
             if self.has_room(&q, msg.len()) {
-                q.bytes += msg.len();
-                q.msgs.push_back(msg);
-                self.version.fetch_add(1, Ordering::Release);
+                self.append(&mut q, msg);
                 // room may remain for the next pusher we were woken ahead of
                 if woken && self.has_room(&q, 0) {
                     self.wake_one(&mut q, Side::Push);
@@ -342,9 +348,7 @@ impl Channel {
             return Err((Fail::Closed, msg));
         }
         if self.has_room(&q, msg.len()) {
-            q.bytes += msg.len();
-            q.msgs.push_back(msg);
-            self.version.fetch_add(1, Ordering::Release);
+            self.append(&mut q, msg);
             self.wake_one(&mut q, Side::Pop);
             return Ok(());
         }
@@ -437,12 +441,8 @@ fn wait(
     Ok(!cv.wait_until(q, until).timed_out())
 }
 
-struct Registry {
-    generation: u64,
-    chans: HashMap<String, Arc<Channel>>,
-}
-
-static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+/// The channels of this process by name.
+static REGISTRY: Mutex<PerProcess<HashMap<String, Arc<Channel>>>> = Mutex::new(PerProcess::new());
 
 /// The channel called `name`, created with `opts` if there is none. Options that disagree with
 /// an existing channel's are an error.
@@ -459,18 +459,9 @@ pub fn open(name: &str, opts: Options) -> Result<Arc<Channel>, Error> {
             "option 'bytes' to vmpool.channel must be at least 1 (got 0)".into(),
         ));
     }
-    let generation = crate::sys::fork_generation();
     let mut guard = REGISTRY.lock();
-    let reg = guard.get_or_insert_with(|| Registry {
-        generation,
-        chans: HashMap::new(),
-    });
-    if reg.generation != generation {
-        // inherited through fork(): the parent's channels are not this process's
-        reg.generation = generation;
-        reg.chans.clear();
-    }
-    if let Some(c) = reg.chans.get(name) {
+    let chans = guard.get_mut();
+    if let Some(c) = chans.get(name) {
         let clash = |what: &str, has: usize, asked: usize| {
             Error::BadArgument(format!(
                 "channel '{name}' already exists with {what} = {has} (asked for {asked}); pass the same options, or none, to use it"
@@ -485,7 +476,7 @@ pub fn open(name: &str, opts: Options) -> Result<Arc<Channel>, Error> {
         return Ok(c.clone());
     }
     let c = Arc::new(Channel::new(name, capacity, bytes));
-    reg.chans.insert(name.to_string(), c.clone());
+    chans.insert(name.to_string(), c.clone());
     Ok(c)
 }
 

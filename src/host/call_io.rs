@@ -1,7 +1,8 @@
 //! What every host function that makes a call shares: the pool handle and how it prepares a
 //! call from Lua arguments (chunk lookup, argument encoding into a reused call record), pushing a
-//! finished call's outcome back, the host thread's wait budget, and bad-argument errors. The pool,
-//! future, notifier and driver APIs depend on this module and not on each other's.
+//! finished call's outcome back, the host thread's wait budget, and bad-argument errors. Every
+//! host API that makes or waits for a call builds on it (pool, future, map, notifier, channel and
+//! the registry of waits); of those, the future API is the one the others also use.
 
 use std::ffi::c_int;
 use std::sync::Arc;
@@ -9,10 +10,10 @@ use std::time::Duration;
 
 use crate::call::{Call, Waited};
 use crate::chunk::Chunk;
-use crate::host::call_cache::CallCache;
-use crate::host::protect::protected;
+use crate::host::protect::{decode_protected, protected};
 use crate::host::userdata;
 use crate::lua::{HookMark, State};
+use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
 use crate::spin::AdaptiveSpin;
 use crate::value::{self, Role};
@@ -340,26 +341,16 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
     } else {
         Vec::new()
     };
-    let mut corrupt = None;
-    let n = protected(
-        st,
-        0,
-        || format!("receiving the results of {}", call_name(call)),
-        &mut |st| match value::push_message(st, buf, &protos, None, false) {
-            Ok(n) => n,
-            Err(c) => {
-                corrupt = Some(c.0);
-                0
-            }
-        },
-    )?;
-    match corrupt {
-        None => Ok(n),
-        Some(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
+    let doing = || format!("receiving the results of {}", call_name(call));
+    match decode_protected(st, 0, doing, |st| {
+        value::push_message(st, buf, &protos, None, false)
+    })? {
+        Ok(n) => Ok(n),
+        Err(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
             "cannot pass the results of {}: {what}",
             call_name(call)
         ))),
-        Some(what) => Err(Error::Internal(format!("cannot decode results: {what}"))),
+        Err(what) => Err(Error::Internal(format!("cannot decode results: {what}"))),
     }
 }
 

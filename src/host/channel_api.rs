@@ -22,7 +22,7 @@ use crate::channel::watch::Watch;
 use crate::channel::{self, select, Channel, Fail, Side};
 use crate::host::call_io::HostWait;
 use crate::host::notifier_api::notifier_and_token;
-use crate::host::protect::protected;
+use crate::host::protect::decode_protected;
 use crate::host::userdata;
 use crate::lua::{State, TNIL, TNUMBER, TSTRING, TTABLE};
 use crate::notify::SubscriberId;
@@ -133,25 +133,9 @@ fn push_message(st: State, buf: &[u8], what: &str) -> Result<c_int, Error> {
     if let Some(n) = value::push_scalars(st, buf, 16) {
         return Ok(n);
     }
-    let mut corrupt = None;
-    let n = protected(
-        st,
-        0,
-        || format!("receiving a message from {what}"),
-        &mut |st| match value::push_values(st, buf) {
-            Ok(n) => n,
-            Err(c) => {
-                corrupt = Some(c.0);
-                0
-            }
-        },
-    )?;
-    match corrupt {
-        None => Ok(n),
-        Some(c) => Err(Error::Internal(format!(
-            "cannot decode a channel message: {c}"
-        ))),
-    }
+    let doing = || format!("receiving a message from {what}");
+    decode_protected(st, 0, doing, |st| value::push_values(st, buf))?
+        .map_err(|c| Error::Internal(format!("cannot decode a channel message: {c}")))
 }
 
 fn push_fail(st: State, f: Fail) -> c_int {
@@ -327,6 +311,36 @@ fn start_waiter<'a>(
     Ok((w, may_wait))
 }
 
+/// A channel operation as the `_or_wait` functions run it: `op(input, None)` first; if that would
+/// block (`Fail::Timeout`, which gives `input` back) and the waiter may wait, `op(input, call)`
+/// with the waiter's call armed, which files it on the channel's `side` if it would still block:
+/// then `None` (the coroutine yields). Otherwise the watch is retired, handing a wake-up on to
+/// the channel when the operation took it.
+fn run_or_file<M, T>(
+    w: &mut WaiterHandle,
+    chan: &Arc<Channel>,
+    side: Side,
+    may_wait: bool,
+    input: M,
+    op: impl Fn(M, Option<&Arc<crate::call::Call>>) -> Result<T, (Fail, M)>,
+) -> Option<Result<T, (Fail, M)>> {
+    let r = match op(input, None) {
+        Err((Fail::Timeout, input)) if may_wait => {
+            w.watch.retire(None);
+            let call = w.watch.arm();
+            let r = op(input, Some(&call));
+            if let Err((Fail::Timeout, _)) = r {
+                w.watch.filed(chan, side);
+                return None;
+            }
+            r
+        }
+        r => r,
+    };
+    w.watch.retire(r.is_ok().then_some(&**chan));
+    Some(r)
+}
+
 crate::lua_function!(pub fn push_or_wait => push_or_wait_impl);
 /// `_chan_push_or_wait(ch, timeout, waiter, ...)` -> true | nil, why | waiter (filed).
 fn push_or_wait_impl(st: State) -> Result<c_int, Error> {
@@ -334,21 +348,11 @@ fn push_or_wait_impl(st: State) -> Result<c_int, Error> {
     let timeout = timeout_at(st, 2, "channel:push_timeout")?;
     let msg = message(st, 4, "channel:push")?;
     let (w, may_wait) = start_waiter(st, timeout)?;
-    let r = match chan.push_or_watch(msg, None) {
-        Err((Fail::Timeout, msg)) if may_wait => {
-            w.watch.retire(None);
-            let call = w.watch.arm();
-            let r = chan.push_or_watch(msg, Some(&call));
-            if let Err((Fail::Timeout, _)) = r {
-                w.watch.filed(&chan, Side::Push);
-                st.set_top(3);
-                return Ok(1);
-            }
-            r
-        }
-        r => r,
+    let try_push = |msg, call: Option<&_>| chan.push_or_watch(msg, call);
+    let Some(r) = run_or_file(w, &chan, Side::Push, may_wait, msg, try_push) else {
+        st.set_top(3);
+        return Ok(1);
     };
-    w.watch.retire(r.is_ok().then_some(&*chan));
     match r {
         Ok(()) => {
             st.set_top(0);
@@ -366,22 +370,12 @@ fn pop_or_wait_impl(st: State) -> Result<c_int, Error> {
     let chan = channel_at(st, 1, "pop")?.clone();
     let timeout = timeout_at(st, 2, "channel:pop")?;
     let (w, may_wait) = start_waiter(st, timeout)?;
-    let r = match chan.pop_or_watch(None) {
-        Err(Fail::Timeout) if may_wait => {
-            w.watch.retire(None);
-            let call = w.watch.arm();
-            let r = chan.pop_or_watch(Some(&call));
-            if let Err(Fail::Timeout) = r {
-                w.watch.filed(&chan, Side::Pop);
-                st.set_top(3);
-                return Ok(1);
-            }
-            r
-        }
-        r => r,
+    let try_pop = |(), call: Option<&_>| chan.pop_or_watch(call).map_err(|f| (f, ()));
+    let Some(r) = run_or_file(w, &chan, Side::Pop, may_wait, (), try_pop) else {
+        st.set_top(3);
+        return Ok(1);
     };
-    w.watch.retire(r.is_ok().then_some(&*chan));
-    match r {
+    match r.map_err(|(f, ())| f) {
         Ok(m) => {
             st.set_top(0);
             push_message(st, &m, "channel:pop")
@@ -517,11 +511,7 @@ fn name_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-crate::lua_function!(pub fn channel_gc => channel_gc_impl);
-fn channel_gc_impl(st: State) -> Result<c_int, Error> {
-    userdata::finalize::<ChannelHandle>(st, 1);
-    Ok(0)
-}
+crate::lua_function!(pub fn channel_gc => crate::host::finalize::<ChannelHandle>);
 
 crate::lua_function!(pub fn waiter => waiter_impl);
 /// `_waiter(metatable)`: a waiter for one operation.
@@ -574,13 +564,9 @@ fn waiter_ready_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-crate::lua_function!(pub fn waiter_gc => waiter_gc_impl);
-/// A waiter collected mid-wait (its coroutine was abandoned) leaves every list, and hands on a
-/// wake-up it got and did not use.
-fn waiter_gc_impl(st: State) -> Result<c_int, Error> {
-    userdata::finalize::<WaiterHandle>(st, 1);
-    Ok(0)
-}
+// A waiter collected mid-wait (its coroutine was abandoned) leaves every list, and hands on a
+// wake-up it got and did not use.
+crate::lua_function!(pub fn waiter_gc => crate::host::finalize::<WaiterHandle>);
 
 crate::lua_function!(pub fn chan_eq => chan_eq_impl);
 /// `a == b`: handles of the same channel are equal.

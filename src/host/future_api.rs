@@ -186,11 +186,7 @@ fn pollfd_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-crate::lua_function!(pub fn gc => gc_impl);
-fn gc_impl(st: State) -> Result<c_int, Error> {
-    userdata::finalize::<FutureHandle>(st, 1);
-    Ok(0)
-}
+crate::lua_function!(pub fn gc => crate::host::finalize::<FutureHandle>);
 
 crate::lua_function!(pub fn tostring => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {

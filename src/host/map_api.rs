@@ -295,11 +295,7 @@ fn tostring_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-crate::lua_function!(pub fn gc => gc_impl);
-fn gc_impl(st: State) -> Result<c_int, Error> {
-    userdata::finalize::<MapRun>(st, 1);
-    Ok(0)
-}
+crate::lua_function!(pub fn gc => crate::host::finalize::<MapRun>);
 
 crate::lua_function!(pub fn watch => watch_impl);
 /// `notifier:_watch(map)` -> token, or nil when the map can step again at once: the token comes

@@ -20,11 +20,11 @@ use std::sync::Arc;
 
 use crate::call::{Call, Job, ASSIGNED, RUNNING};
 use crate::chunk::Chunk;
-use crate::host::call_cache::CallCache;
 use crate::host::call_io::{self, PoolHandle};
-use crate::host::protect::protected;
+use crate::host::protect::{decode_protected, protected};
 use crate::host::userdata;
 use crate::lua::{State, TTABLE};
+use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
 use crate::value::{self, Role};
 use crate::Error;
@@ -529,44 +529,33 @@ impl MapRun {
         buf: &[u8],
         protos: &[Arc<value::Proto>],
     ) -> Result<(), Error> {
-        let mut corrupt = None;
         st.push_value(results);
-        protected(
-            st,
-            1,
-            || {
-                format!(
-                    "receiving the results of a map over {}:{}",
-                    self.chunk.name,
-                    String::from_utf8_lossy(&self.func)
-                )
-            },
-            &mut |st| {
-                let mut index = first as i64;
-                for item in crate::batch::Items::new(buf) {
-                    index += 1;
-                    match item.and_then(|m| value::push_message(st, m, protos, None, false)) {
-                        Ok(0) => {}
-                        Ok(n) => {
-                            st.pop(n - 1);
-                            st.raw_seti(1, index);
-                        }
-                        Err(c) => {
-                            corrupt = Some(c.0);
-                            break;
-                        }
-                    }
+        let doing = || {
+            format!(
+                "receiving the results of a map over {}:{}",
+                self.chunk.name,
+                String::from_utf8_lossy(&self.func)
+            )
+        };
+        let stored = decode_protected(st, 1, doing, |st| {
+            let mut index = first as i64;
+            for item in crate::batch::Items::new(buf) {
+                index += 1;
+                let n = item.and_then(|m| value::push_message(st, m, protos, None, false))?;
+                if n > 0 {
+                    st.pop(n - 1);
+                    st.raw_seti(1, index);
                 }
-                0
-            },
-        )?;
-        match corrupt {
-            None => Ok(()),
-            Some(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
+            }
+            Ok(0)
+        })?;
+        match stored {
+            Ok(_) => Ok(()),
+            Err(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
                 "cannot pass the results of a map over {}: {what}",
                 String::from_utf8_lossy(&self.func)
             ))),
-            Some(what) => Err(Error::Internal(format!(
+            Err(what) => Err(Error::Internal(format!(
                 "cannot decode map results: {what}"
             ))),
         }

@@ -6,13 +6,11 @@
 //! `package.preload` entries of `vmpool.luv` and `vmpool.cqueues`, and [`open_adapter`] is what
 //! `require` finds in the library when it looks for those names before `vmpool` is loaded.
 
-pub mod call_cache;
 pub mod call_io;
 pub mod channel_api;
 #[cfg(feature = "count-alloc")]
 pub mod count_alloc;
-pub mod dict_api;
-pub mod dict_ffi;
+pub mod dict;
 pub mod future_api;
 pub mod map_api;
 pub mod map_run;
@@ -33,6 +31,12 @@ use mlua::ffi;
 use crate::lua::State;
 use crate::Error;
 
+/// The `__gc` of a userdata holding a `T`: drops the value ([`userdata::finalize`]).
+pub(crate) fn finalize<T: userdata::Tagged>(st: State) -> Result<c_int, Error> {
+    userdata::finalize::<T>(st, 1);
+    Ok(0)
+}
+
 /// The Lua half of the module, compiled into the library.
 const GLUE: &str = include_str!("../lua/vmpool.lua");
 /// The OpenResty adapter: compiled by `vmpool.lua` only inside ngx_lua (`native._ngx_source`).
@@ -40,7 +44,7 @@ const NGX_GLUE: &str = include_str!("../lua/ngx.lua");
 /// The event-loop adapters (`native._luv_source`, `native._cqueues_source`).
 const LUV_GLUE: &str = include_str!("../lua/luv.lua");
 const CQUEUES_GLUE: &str = include_str!("../lua/cqueues.lua");
-/// The LuaJIT FFI path of `vmpool.shared` (`native._dict_ffi_source`, see `dict_ffi.rs`).
+/// The LuaJIT FFI path of `vmpool.shared` (`native._dict_ffi_source`, see `dict/luajit.rs`).
 const DICT_FFI_GLUE: &str = include_str!("../lua/dict_ffi.lua");
 /// `require "vmpool.luv"` through the library's `luaopen_vmpool_luv`: loading `vmpool` registers
 /// the adapters in `package.preload`.
@@ -117,7 +121,7 @@ const MAP_METHODS: Methods = &[
 const MAP_META: Methods = &[("__gc", map_api::gc), ("__tostring", map_api::tostring)];
 const FUNCTIONS: Methods = &[
     ("new", pool_api::new_pool),
-    ("shared", dict_api::shared),
+    ("shared", dict::shared),
     ("_ngx_state", ngx_state_api::ngx_state),
     ("clock", clock),
     ("memory", pool_api::memory),

@@ -4,18 +4,19 @@
 //! tokens of finished ones from it.
 //!
 //! The calls path, the same under every scheduler: `token, first = notifier:_call(pool, chunk, fn,
-//! ...)` files the call (no future userdata: its allocation and finalizer were a good part of a
-//! call's cost on the event loop) and hands it to its pool, or, while a batch is open, defers it
-//! (`first`: the outbox was empty). `notifier:_take(token [, wait])` returns its results (or
-//! raises its error) once its token came back; `notifier:_drop(token)` gives it up. A map's batch
-//! is waited for with `token = notifier:_watch(m)` (nil: step again at once) and
+//! ...)` files the call without a future userdata (whose allocation and finalizer would be a good
+//! part of a call's cost on the event loop) and hands it to its pool, or, while a batch is open,
+//! defers it (`first`: the outbox was empty). `notifier:_take(token [, wait])` returns its results
+//! (or raises its error) once its token came back; `notifier:_drop(token)` gives it up. A map's
+//! batch is waited for with `token = notifier:_watch(m)` (nil: step again at once) and
 //! `notifier:_unwatch(token)`; a future's with `fut:_subscribe(notifier, notifier:_token())`.
 //!
 //! One batching protocol: `notifier:_open_batch([takes [, flush_every]])` opens a batch, in which
 //! `_call` defers; the outbox goes to the pools every `flush_every` calls (default 64: workers
 //! start on the first ones while the loop still resumes the rest), at `notifier:_flush()`, at the
 //! `takes`-th `_take` (cqueues, which cannot tell when its controller has run the woken coroutines)
-//! and at `notifier:_close_batch()`, which returns how many calls batches deferred since the last.
+//! and at `notifier:_close_batch()`, which returns how many calls batches deferred since the last;
+//! `notifier:_batch_open()` says whether one is still open (the `takes`-th `_take` closes it).
 //! vmpool.run and luv open one per wake-up; ngx keeps one open and flushes once per turn of
 //! nginx's event loop. So a batch wakes a sleeping worker once, not once per call.
 //!
@@ -274,8 +275,7 @@ fn pending_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn next_token => next_token_impl);
 /// `notifier:_token()`: a token for `fut:_subscribe` that no `notifier:_call` call will use.
 fn next_token_impl(st: State) -> Result<c_int, Error> {
-    let t = handle(st)?.waits.next_token();
-    st.push_integer(t as i64);
+    st.push_integer(handle(st)?.waits.next_token() as i64);
     Ok(1)
 }
 
@@ -309,8 +309,7 @@ fn call_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn flush => flush_impl);
 /// `notifier:_flush()` -> n: hands the deferred calls to their pools (the batch stays open).
 fn flush_impl(st: State) -> Result<c_int, Error> {
-    let count = handle(st)?.waits.flush();
-    st.push_number(count as f64);
+    st.push_number(handle(st)?.waits.flush() as f64);
     Ok(1)
 }
 
@@ -338,8 +337,7 @@ fn open_batch_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn batch_open => batch_open_impl);
 /// `notifier:_batch_open()`: whether a batch is open.
 fn batch_open_impl(st: State) -> Result<c_int, Error> {
-    let open = handle(st)?.waits.batch_open();
-    st.push_bool(open);
+    st.push_bool(handle(st)?.waits.batch_open());
     Ok(1)
 }
 
@@ -347,8 +345,7 @@ crate::lua_function!(pub fn close_batch => close_batch_impl);
 /// `notifier:_close_batch()` -> n: closes the batch (if open) and hands its calls over; `n`: calls
 /// deferred in batches since the last `_close_batch`.
 fn close_batch_impl(st: State) -> Result<c_int, Error> {
-    let batched = handle(st)?.waits.close_batch();
-    st.push_number(batched as f64);
+    st.push_number(handle(st)?.waits.close_batch() as f64);
     Ok(1)
 }
 
@@ -375,12 +372,18 @@ fn take_impl(st: State) -> Result<c_int, Error> {
     result
 }
 
+/// `notifier:METHOD(token)` that answers nothing: `op` on the notifier's waits.
+fn with_token(st: State, op: fn(&mut Waits, u64)) -> Result<c_int, Error> {
+    let n = handle(st)?;
+    op(&mut n.waits, token_arg(st, 2)?);
+    Ok(0)
+}
+
 crate::lua_function!(pub fn done => done_impl);
 /// `notifier:_done(token)`: whether the call finished (nil if the notifier does not hold it).
 fn done_impl(st: State) -> Result<c_int, Error> {
     let n = handle(st)?;
-    let token = token_arg(st, 2)?;
-    match n.waits.done(token) {
+    match n.waits.done(token_arg(st, 2)?) {
         Some(finished) => st.push_bool(finished),
         None => st.push_nil(),
     }
@@ -390,26 +393,16 @@ fn done_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn drop_call => drop_impl);
 /// `notifier:_drop(token)`: forgets a call nobody will take (see `Waits::drop_call`).
 fn drop_impl(st: State) -> Result<c_int, Error> {
-    let n = handle(st)?;
-    let token = token_arg(st, 2)?;
-    n.waits.drop_call(token);
-    Ok(0)
+    with_token(st, Waits::drop_call)
 }
 
 crate::lua_function!(pub fn unwatch => unwatch_impl);
 /// `notifier:_unwatch(token)`: frees a token of `_watch` (see `Waits::unwatch`).
 fn unwatch_impl(st: State) -> Result<c_int, Error> {
-    let n = handle(st)?;
-    let token = token_arg(st, 2)?;
-    n.waits.unwatch(token);
-    Ok(0)
+    with_token(st, Waits::unwatch)
 }
 
-crate::lua_function!(pub fn gc => gc_impl);
-fn gc_impl(st: State) -> Result<c_int, Error> {
-    userdata::finalize::<NotifierHandle>(st, 1);
-    Ok(0)
-}
+crate::lua_function!(pub fn gc => crate::host::finalize::<NotifierHandle>);
 
 /// The notifier and token of `fut:METHOD(notifier, token)` (arguments 2 and 3).
 pub(crate) fn notifier_and_token<'a>(

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use crate::call::Waited;
 use crate::chunk::Chunk;
-use crate::host::call_cache::CallCache;
 use crate::host::call_io::{bad_arg, push_outcome, HostWait, PoolHandle, RESULT_WAIT};
 use crate::host::future_api::FutureHandle;
 use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, UV_FUTURE, UV_POOL};
 use crate::lua::State;
+use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
 use crate::value;
 use crate::Error;

@@ -11,6 +11,7 @@ use mlua::ffi;
 
 pub use crate::lua::errors::describe_error;
 use crate::lua::{State, RUNNER_UPVALUE as UV_PROTECT};
+use crate::value::Corrupt;
 use crate::Error;
 
 /// Runs `f` protected (see [`State::protect`]) with the runner every host function closes over.
@@ -43,6 +44,27 @@ pub fn protected(
             }
         }
     }
+}
+
+/// Decodes a message onto the stack with `decode` in a protected call (decoding allocates; see
+/// [`protected`], whose `nargs` and `doing` these are): `Ok(Ok(n))` with the count `decode`
+/// returns, `Ok(Err(what))` when it found the message corrupt or refused a value (its words).
+#[inline]
+pub fn decode_protected(
+    st: State,
+    nargs: c_int,
+    doing: impl FnOnce() -> String,
+    mut decode: impl FnMut(State) -> Result<c_int, Corrupt>,
+) -> Result<Result<c_int, &'static str>, Error> {
+    let mut corrupt = None;
+    let n = protected(st, nargs, doing, &mut |st| match decode(st) {
+        Ok(n) => n,
+        Err(c) => {
+            corrupt = Some(c.0);
+            0
+        }
+    })?;
+    Ok(corrupt.map_or(Ok(n), Err))
 }
 
 /// Pushes a copy of `s`.

@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::call::{Call, Outcome, RUNNING};
-use crate::host::call_cache::CallCache;
 use crate::host::call_io::RESULT_WAIT;
 use crate::notify::{Notifier, Subscriber, SubscriberId};
+use crate::pool::call_cache::CallCache;
 use crate::pool::{Pool, Posting};
 use crate::token_map::{TokenMap, TokenSupply};
 use crate::Error;

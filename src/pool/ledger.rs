@@ -1,9 +1,7 @@
 //! The pool's counts: which states exist, which are idle, which calls wait, and the counters
 //! `stats()` reports. This is the only code that changes them; [`super::Pool`] holds the ledger
-//! under its one mutex and calls it, and turns what it returns into actions outside the lock
+//! under its state mutex and calls it, and turns what it returns into actions outside the lock
 //! (starting a worker, posting a call, waking the idle check).
-//!
-//! Past 600 lines with its unit tests, which are half of it.
 //!
 //! The rules, in the order a call meets them ([`Ledger::reserve`]): a free state is taken at once
 //! (core states first, then the most recently used non-core one); else a new state is opened

@@ -1,24 +1,29 @@
-//! The pool: its front ([`Pool`]: new, submit, cancel, collect, close, stats) over three parts
+//! The pool: its front ([`Pool`]: new, submit, cancel, collect, close, stats) over five parts
 //! with one job each:
 //!
 //! - [`ledger`]: the counts (which states exist, which are idle, which calls wait, the counters of
 //!   `stats()`) and the only code that changes them;
 //! - [`worker`]: the thread that owns one state, and the registry of those threads;
 //! - [`housekeeper`]: the idle check (acquire timeouts, idle non-core states, joining threads);
-//! - [`registry`]: the open pools of the process by name, for `vmpool.metrics()`.
+//! - [`registry`]: the open pools of the process by name, for `vmpool.metrics()`;
+//! - `spares` and [`call_cache`]: the finished call records kept for the host to reuse, shared
+//!   by the pool and cached by each host thread.
 //!
 //! Besides the counts, each pool keeps two latency histograms ([`crate::histogram`]) that its
 //! workers record into without the lock: `wait` (submit to a state taking the call) and `run`
 //! (start to end in the state), from three clock reads per call ([`crate::clock`]).
 //!
-//! Everything is guarded by one mutex, held only for a few instructions per call (reserve on
-//! submit, release when a worker finishes); Lua code never runs under it. What the ledger decides
-//! under the lock (post this call, start that worker, tell these states to exit, wake the idle
-//! check) is carried out after the lock is released.
+//! The counts are guarded by one mutex (`inner`), held only for a few instructions per call
+//! (reserve on submit, release when a worker finishes); Lua code never runs under it, nor under the
+//! pool's two other locks (the poll signal of `fut:pollfd()`, the spare call records). What the
+//! ledger decides under the lock (post this call, start that worker, tell these states to exit,
+//! wake the idle check) is carried out after the lock is released.
 
+pub mod call_cache;
 pub mod housekeeper;
 pub mod ledger;
 pub mod registry;
+mod spares;
 pub mod worker;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +43,8 @@ use crate::Error;
 use housekeeper::Housekeeper;
 pub use ledger::{Ended, Next, Retire, Stats};
 use ledger::{Ledger, Reserved};
+use spares::Spares;
+pub use spares::{MAX_SPARE_BYTES, MAX_SPARE_CALLS};
 use worker::Threads;
 
 /// What the pool's mutex guards.
@@ -85,32 +92,6 @@ pub struct Pool {
     closed: AtomicBool,
     /// The name that labels its metrics (set by [`registry::register`]).
     name: OnceLock<String>,
-}
-
-/// The spare calls and the bytes their buffers hold.
-#[derive(Default)]
-struct Spares {
-    calls: Vec<Arc<Call>>,
-    bytes: usize,
-}
-
-/// Most calls kept in `spare_calls`. Futures come back only when the host's garbage collector
-/// finalizes them, many thousands at once: with 1,000 futures in flight, Lua 5.4's default pause
-/// leaves about 20,000 dead ones per cycle, because the calls' memory is outside the Lua heap the
-/// collector paces itself by. With room for 8,192, the rest were freed and the next calls
-/// allocated new records and buffers again (15% of the calls; bench/results/
-/// 2026-12-01-futures-host-path.md). The spares are calls the program had alive at once anyway,
-/// so keeping them does not raise its peak memory; `pool:collect()` frees them all.
-pub const MAX_SPARE_CALLS: usize = 32768;
-
-/// Most bytes the spare calls may hold together, records and buffers (a call that would go over
-/// is freed): after calls with big arguments or results the list must not keep that memory.
-pub const MAX_SPARE_BYTES: usize = 16 << 20;
-
-/// What a spare call holds: its record (with the `Arc`'s counts) and its buffers.
-fn spare_bytes(call: &mut Call) -> usize {
-    let d = call.data.get_mut();
-    std::mem::size_of::<Call>() + 16 + d.buf.capacity() + d.func.capacity()
 }
 
 impl Pool {
@@ -205,12 +186,10 @@ impl Pool {
     pub fn give_back_call(&self, mut call: Arc<Call>) {
         if let Some(c) = Arc::get_mut(&mut call) {
             c.reset();
-            let bytes = spare_bytes(c);
-            let mut spare = self.spare_calls.lock();
-            if spare.calls.len() < MAX_SPARE_CALLS && spare.bytes + bytes <= MAX_SPARE_BYTES {
-                spare.bytes += bytes;
-                spare.calls.push(call);
-            }
+            let bytes = spares::size(c);
+            // a call not kept is freed after the lock is released
+            let refused = self.spare_calls.lock().keep(call, bytes);
+            drop(refused);
         }
     }
 
@@ -223,15 +202,7 @@ impl Pool {
 
     /// Moves up to 64 spare calls into `out`.
     pub fn take_spare_calls(&self, out: &mut Vec<Arc<Call>>) {
-        let mut spare = self.spare_calls.lock();
-        let n = spare.calls.len().min(64);
-        let from = spare.calls.len() - n;
-        let mut bytes = 0;
-        for mut c in spare.calls.drain(from..) {
-            bytes += Arc::get_mut(&mut c).map_or(0, spare_bytes);
-            out.push(c);
-        }
-        spare.bytes -= bytes.min(spare.bytes);
+        self.spare_calls.lock().take(out);
     }
 
     /// The pool's poll descriptor for foreign event loops (created on first use).

@@ -102,12 +102,11 @@ impl Threads {
     }
 }
 
-/// How long an idle worker spins for its next call before parking, at most. Above the ~30 µs a
-/// cross-CPU wake-up takes on VMs whose idle virtual CPUs halt: with 20 µs, a worker that parked
-/// once saw every later wait include the host's wake-up, never fit one in its budget again and
-/// parked on every call, and 4-14% of blocking round trips took 20-90 µs instead of ~1.5
-/// (bench/results/2026-12-04-job-spin.md). The budget adapts below this bound (`src/spin.rs`),
-/// so a worker whose calls come further apart still parks at once.
+/// How long an idle worker spins for its next call before parking, at most: above the ~30 µs a
+/// cross-CPU wake-up takes on VMs whose idle virtual CPUs halt, since below it a worker that
+/// parked once sees every later wait include the host's wake-up, never fits one in its budget
+/// again and parks on every call. The budget adapts below this bound (`src/spin.rs`), so a worker
+/// whose calls come further apart still parks at once.
 const JOB_SPIN: Duration = Duration::from_micros(100);
 
 /// Counts down as core states come up at `vmpool.new`; the first failure wins.

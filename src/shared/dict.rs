@@ -2,21 +2,21 @@
 //! operations are here, the entries in `entry.rs`, the locks in `lock.rs`, the clock in
 //! `clock.rs`, the room and eviction in `evict.rs`.
 //!
-//! Entries live in shards, each a read-write lock over a map kept in the order entries were
-//! added; a key's hash picks its shard, so threads working on different keys rarely meet on a
-//! lock, and no operation holds a lock for longer than one entry's work (the whole-dictionary
-//! operations lock one shard at a time). Reads (`get`, `get_stale`, `ttl`, `llen`, `get_keys`)
-//! share the lock: instead of moving the entry to the front, which is a write, a read sets the
-//! entry's `referenced` bit, and so does a write that rewrites a string in place (one of the same
-//! length) or `incr`s a number (other writes move the entry to the front); eviction gives a referenced entry a second chance (the CLOCK
-//! approximation of least-recently-used). Readers of the same keys on several threads then run
-//! side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). Most `get`s take no
-//! lock at all: they read the key's slot in the shard's read cache (`read_cache.rs`), which every
-//! write of a key updates through [`KeyWrite`] before the lock is released, and every removal of
-//! an entry empties. Most `set`s of a short string take no lock either: a string without TTL
-//! makes the slot its value's home, and a `set` of a string of the same length is done in the
-//! slot ([`Dict::store_str`]; the entry's `home` and `read_cache.rs` say how the locked paths
-//! stay right).
+//! Entries live in shards, each a read-write lock over a map kept in the order entries were added;
+//! a key's hash picks its shard, so threads working on different keys rarely meet on a lock, and no
+//! operation holds a lock for longer than one entry's work (the whole-dictionary operations lock
+//! one shard at a time). Reads (`get`, `get_stale`, `ttl`, `llen`, `get_keys`) share the lock:
+//! instead of moving the entry to the front, which is a write, a read sets the entry's `referenced`
+//! bit, and so does a write that rewrites a string in place (one of the same length) or `incr`s a
+//! number (other writes move the entry to the front); eviction gives a referenced entry a second
+//! chance (the CLOCK approximation of least-recently-used). Readers of the same keys on several
+//! threads then run side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). Most
+//! `get`s take no lock at all: they read the key's slot in the shard's read cache
+//! (`read_cache.rs`), which every write of a key updates through [`KeyWrite`] before the lock is
+//! released, and every removal of an entry empties. Most `set`s of a short string take no lock
+//! either: a string without TTL makes the slot its value's home, and a `set` of a string of the
+//! same length is done in the slot ([`Dict::store_str`]; the entry's `home` and `read_cache.rs` say
+//! how the locked paths stay right).
 //!
 //! The capacity is counted as nginx counts a `lua_shared_dict` zone of the same size: in slab
 //! pages (`slab.rs`), one pool for the whole dictionary, each entry holding the block its node
@@ -59,7 +59,7 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-// foldhash (hashbrown's own default) instead of std's SipHash: SipHash was about 190 of a get's
+// foldhash (hashbrown's own default) instead of std's SipHash, which costs about 190 of a get's
 // 2,300 instructions (callgrind). Each dictionary gets its own random seed, which keeps keys
 // chosen by outsiders (request data) from colliding on purpose without knowing it; foldhash does
 // not claim more than that against a determined attacker.
@@ -355,14 +355,13 @@ impl Dict {
         self.store_locked(own, &mut map, mode, safe, key, value, ttl, flags, now)
     }
 
-    /// [`Dict::store`] of a string the caller still owns: a string as long as the one stored is
-    /// written over it in place ([`Dict::overwrite_string`]); otherwise the bytes are copied and
-    /// stored. `None` when the system refuses the memory for the copy (nothing changed).
-    ///
-    /// One lock for both: the copy is made under it when the value cannot be written in place.
-    /// Trying in place under one lock and storing under a second took the lock, the lazy expiry
-    /// and the read cache's publication twice, a third of a `set` that changes a string's length
-    /// (callgrind: 2,136 instructions per such set; bench/results/2026-12-03-shared-set-one-line.md).
+    /// [`Dict::store`] of a string the caller still owns, copied only when it must be: a `set` or
+    /// `replace` without TTL of a string as long as the one at the key's home slot is written
+    /// there without the lock ([`Dict::rewrite_at_home`]); else, under the shard's lock, one as
+    /// long as the stored string is written over it ([`Dict::overwrite_string`]); else the bytes
+    /// are copied and stored under that same lock, so that the lock, the lazy expiry and the read
+    /// cache's publication happen once. `None` when the system refuses the memory for the copy
+    /// (nothing changed).
     pub fn store_str(
         &self,
         mode: Mode,
@@ -398,7 +397,7 @@ impl Dict {
     }
 
     /// `set` or `replace` of a string without TTL, done in the key's home slot without the
-    /// shard's lock ([`ReadCache::rewrite`]) when the slot holds a string of the same length and
+    /// shard's lock ([`ReadCache::rewrite`](super::read_cache::ReadCache::rewrite)) when the slot holds a string of the same length and
     /// the shard has no expired entry for a locked `set` to remove first. Such a key is live (a
     /// home holds no TTL), and its size does not change; false when this does not apply. `key`
     /// is in shard `own` with hash `hash` ([`Dict::locate`]).
@@ -455,8 +454,8 @@ impl Dict {
     ///
     /// Why: a copy per `set` means a `malloc` in the writing thread and a `free` of the old value
     /// under the shard's lock, often of memory another thread allocated, which takes that
-    /// thread's allocator arena lock: with several threads writing the same keys it was the
-    /// dictionary's main cost (bench/shared.lua, "scaling").
+    /// thread's allocator arena lock: with several threads writing the same keys, that would be
+    /// the dictionary's main cost (bench/shared.lua, "scaling").
     #[allow(clippy::too_many_arguments)]
     fn overwrite_string(
         &self,
@@ -496,16 +495,17 @@ impl Dict {
         }
         e.home = map.cache.end(map.hash, key, e.cached(now));
         map.published = true;
-        // marked, not moved to the front: see `Dict::put`
+        // marked (CLOCK's bit, as a read does), not moved to the front: the move writes the
+        // entry's neighbours and the shard's list head, lines every other writer then fetches
         e.touch();
         Some(Written { forcible: false })
     }
 
     /// Puts `entry`, whose node takes `size` bytes, under `key`, replacing what is there. An
     /// entry whose node takes the same room (the same size class, or as many pages) is written over
-    /// in its block; otherwise the old entry goes first and a block is found for the new one,
-    /// evicting unless `safe`, as ngx does (so a write refused for want of room has removed the
-    /// old value, as ngx's has).
+    /// in its block and moved to the front; otherwise the old entry goes first and a block is
+    /// found for the new one, evicting unless `safe`, as ngx does (so a write refused for want of
+    /// room has removed the old value, as ngx's has).
     #[allow(clippy::too_many_arguments)]
     fn put(
         &self,
@@ -517,11 +517,6 @@ impl Dict {
         safe: bool,
         now: &Now,
     ) -> Result<Written, Refused> {
-        // A rewrite in place marks the entry as used (CLOCK's bit, as a read does) instead of
-        // moving it to the front of the shard's order: the move writes the entry's neighbours
-        // and the shard's list head, cache lines every other writer of the shard then fetches
-        // again. With the host and 2 states on 1,000 keys (10% sets), that took the scaling from
-        // 1.13x to 1.43-1.49x on LuaJIT (bench/shared.lua; results 2026-12-02-shared-read-cache).
         if let Some(e) = map.peek_mut(key) {
             if e.block.span() == slab::span(size) && !matches!(e.value, Stored::List(_)) {
                 entry.block = e.block;
@@ -556,7 +551,7 @@ impl Dict {
         let now = &self.clock();
         let (own, mut map) = self.write_key(key, now);
         self.expire_oldest(&mut Some((own, &mut *map)), now);
-        // marked, not moved to the front: see `Dict::put`
+        // marked, not moved to the front: see `Dict::overwrite_string`
         if let Some(e) = map.peek_mut(key).filter(|e| !e.expired(now)) {
             e.touch();
             return match &mut e.value {

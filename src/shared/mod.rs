@@ -1,6 +1,6 @@
 //! `vmpool.shared(name [, options])`: named dictionaries of the process, with the API and
 //! semantics of `ngx.shared.DICT` ([`dict`]), visible from the host and from every state of every
-//! pool. The registry below maps names to dictionaries; the Lua side is `host/dict_api.rs`.
+//! pool. The registry below maps names to dictionaries; the Lua side is `host/dict/`.
 //!
 //! Every state reaches the same registry because it is a static of this library, and a pool
 //! state that does `require "vmpool"` loads this very library again (it has the host's
@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 
 pub use dict::Dict;
 
+use crate::sys::PerProcess;
 use crate::Error;
 
 /// `capacity` when the options do not give one: 1 MiB.
@@ -61,12 +62,8 @@ impl Named {
     }
 }
 
-struct Registry {
-    generation: u64,
-    dicts: HashMap<String, Arc<Named>>,
-}
-
-static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+/// The dictionaries of this process by name.
+static REGISTRY: Mutex<PerProcess<HashMap<String, Arc<Named>>>> = Mutex::new(PerProcess::new());
 
 /// The dictionary called `name`, created with `opts` if there is none. Options that disagree
 /// with an existing dictionary's are an error.
@@ -83,18 +80,9 @@ pub fn open(name: &str, opts: Options) -> Result<Arc<Named>, Error> {
             "option 'shards' to vmpool.shared must be an integer from 1 to {MAX_SHARDS} (got {shards})"
         )));
     }
-    let generation = crate::sys::fork_generation();
     let mut guard = REGISTRY.lock();
-    let reg = guard.get_or_insert_with(|| Registry {
-        generation,
-        dicts: HashMap::new(),
-    });
-    if reg.generation != generation {
-        // inherited through fork(): the parent's dictionaries are not this process's
-        reg.generation = generation;
-        reg.dicts.clear();
-    }
-    if let Some(d) = reg.dicts.get(name) {
+    let dicts = guard.get_mut();
+    if let Some(d) = dicts.get(name) {
         let clash = |what: &str, has: usize, asked: usize| {
             Error::BadArgument(format!(
                 "shared dictionary '{name}' already exists with {what} = {has} (asked for {asked}); pass the same options, or none, to use it"
@@ -116,20 +104,19 @@ pub fn open(name: &str, opts: Options) -> Result<Arc<Named>, Error> {
     let d = Arc::new(Named {
         name: name.to_string(),
         dict,
-        generation,
+        generation: crate::sys::fork_generation(),
         pid: crate::sys::pid(),
     });
-    reg.dicts.insert(name.to_string(), d.clone());
+    dicts.insert(name.to_string(), d.clone());
     Ok(d)
 }
 
 /// Every dictionary of this process (none inherited through `fork()`), by name.
 pub fn all() -> Vec<Arc<Named>> {
     let guard = REGISTRY.lock();
-    let generation = crate::sys::fork_generation();
-    let mut all: Vec<Arc<Named>> = match guard.as_ref() {
-        Some(reg) if reg.generation == generation => reg.dicts.values().cloned().collect(),
-        _ => Vec::new(),
+    let mut all: Vec<Arc<Named>> = match guard.get() {
+        Some(dicts) => dicts.values().cloned().collect(),
+        None => Vec::new(),
     };
     all.sort_by(|a, b| a.name.cmp(&b.name));
     all

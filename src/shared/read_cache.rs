@@ -3,9 +3,8 @@
 //!
 //! Why: a `get` under the shard's read lock writes the lock's word twice (taking and releasing
 //! it). With several threads reading the same keys, that cache line moves between the CPUs on
-//! nearly every `get`, and the dictionary stopped scaling: the host and two pool states on the
-//! same 1,000 keys made 0.8-1.3x the operations per second of the host alone on LuaJIT
-//! (bench/shared.lua, "scaling"). A hit here writes nothing shared.
+//! nearly every `get`, and reads stop scaling with threads (bench/shared.lua, "scaling"). A hit
+//! here writes nothing shared.
 //!
 //! Each slot is a sequence lock over atomic words, so it is sound in Rust: readers load the
 //! sequence, the words and the sequence again, and use what they read only if the sequence was
@@ -20,13 +19,12 @@
 //! **Home slots.** A published string without a TTL makes the slot its key's *home* ([`HOME`]):
 //! then a `set` of a string of the same length writes the slot only ([`ReadCache::rewrite`]),
 //! without the shard's lock and without the entry, and the slot holds the current value while
-//! the entry's copy may be older. A set that took the lock wrote three cache lines (the lock's
-//! word, the slot, the value's bytes), each of which the other CPUs then fetched again: with the
-//! host and two states setting the same keys, LuaJIT's scaling was 1.37-1.44x; writing the slot
-//! alone gave 1.55-1.59x (bench/results/2026-12-04-shared-home-slots.md). The dictionary's locked
-//! paths honour it: a write of the key, or of another key taking its slot, first puts the value
-//! back into the entry ([`ReadCache::begin`]); a locked read of a home entry reads the slot
-//! ([`ReadCache::read_home`]); `flush_all` takes every value home first ([`ReadCache::take_home`]).
+//! the entry's copy may be older. A set that takes the lock writes three cache lines (the lock's
+//! word, the slot, the value's bytes), each of which the other CPUs then fetch again; a set at
+//! home writes one. The dictionary's locked paths honour it: a write of the key, or of another
+//! key taking its slot, first puts the value back into the entry ([`ReadCache::begin`]); a
+//! locked read of a home entry reads the slot ([`ReadCache::read_home`]); `flush_all` takes every
+//! value home first ([`ReadCache::take_home`]).
 //!
 //! A hit marks the slot as referenced, the CLOCK bit that eviction reads (`Dict`'s
 //! `pop_victim`); the dictionary moves that bit onto the entry before the slot changes hands.
@@ -45,10 +43,8 @@ pub enum Value<'a> {
 /// Longest key a slot holds, and longest string value: 6 words of 8 bytes.
 pub const WORDS: usize = 6;
 pub const BYTES: usize = WORDS * 8;
-/// Most slots per shard (within a quarter of the capacity: `Dict::new`).
-/// 1,000 keys in 16 shards of 256 slots left about a fifth of them sharing a slot with another
-/// key, whose gets and sets then took the lock; 1024 slots took LuaJIT's scaling from 1.53-1.57x
-/// to 1.59-1.60x (bench/results/2026-12-04-shared-home-slots.md).
+/// Most slots per shard (within a quarter of the capacity: `Dict::new`); with 256, about a fifth
+/// of 1,000 keys in 16 shards shared a slot with another key and took the lock.
 pub const MAX_SLOTS: usize = 1024;
 /// Fewest slots per shard.
 pub const MIN_SLOTS: usize = 4;
@@ -68,9 +64,8 @@ const HOME: u64 = 1 << 24;
 ///
 /// In this order (`repr(C)`), with the key's and the value's words taking turns, a key and a
 /// string of up to 16 bytes each are on the slot's first 64-byte line with everything else a
-/// read or a write touches: such a read or write then reaches one line, not two (when a write
-/// of a 5-byte string also stored the second line's words, a `set` took about twice as long in
-/// nginx, bench/results/2026-12-03-shared-set-one-line.md).
+/// read or a write touches: such a read or write then reaches one line, not two (a `set` that
+/// writes both lines takes about twice as long in nginx).
 #[repr(C, align(128))]
 #[derive(Default)]
 struct Slot {

@@ -93,7 +93,7 @@ pub fn try_copy(b: &[u8]) -> Option<Box<[u8]>> {
     Some(v.into_boxed_slice())
 }
 
-/// Where [`Dict::get_into`] puts a string value's bytes, while it still holds them (under the
+/// Where [`Dict::get_into`](super::Dict::get_into) puts a string value's bytes, while it still holds them (under the
 /// shard's read lock, or from a validated read of the read cache).
 pub trait ValueSink {
     /// Takes a copy of `bytes`; false if the memory for it was refused.
@@ -247,7 +247,7 @@ pub enum Got {
     NoMemory,
 }
 
-/// What [`Dict::get_into`] found; a string's bytes are in the caller's buffer.
+/// What [`Dict::get_into`](super::Dict::get_into) found; a string's bytes are in the caller's buffer.
 #[derive(Debug, PartialEq)]
 pub enum Found {
     Missing,
@@ -260,7 +260,7 @@ pub enum Found {
     NoMemory,
 }
 
-/// The kind of value [`Dict::get_into`] found (a string's bytes are in the caller's buffer).
+/// The kind of value [`Dict::get_into`](super::Dict::get_into) found (a string's bytes are in the caller's buffer).
 #[derive(Debug, PartialEq, Clone, Copy)]
 pub enum Kind {
     Bool(bool),

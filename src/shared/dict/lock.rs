@@ -42,7 +42,7 @@ pub(super) struct Shard {
     pub(super) cache: ReadCache,
     /// When the shard's least recently used entry expires (0: never, or no entry), as of the
     /// last release of the write lock ([`ShardWrite`]). A `set` done in a home slot without the
-    /// lock ([`Dict::store_str`]) skips the lazy removal of expired entries from that end only
+    /// lock ([`Dict::store_str`](super::Dict::store_str)) skips the lazy removal of expired entries from that end only
     /// when this says there is none to remove, so that it removes what a locked `set` would.
     pub(super) tail_expires: AtomicU64,
     /// The stamp of the shard's least recently used entry (`u64::MAX`: no entry), as of the last

@@ -1,5 +1,6 @@
-//! Finished calls kept for reuse, so that a call allocates nothing in the steady state: its
-//! record, argument buffer and name buffer all come back.
+//! A host thread's finished calls kept for reuse, so that a call allocates nothing in the steady
+//! state: its record, argument buffer and name buffer all come back; when it runs dry it refills
+//! from the pool's spares (`spares.rs`).
 //!
 //! A worker drops its reference to a call right after publishing the outcome, so the caller may
 //! see the outcome while the worker still holds the call for a moment: such calls wait in

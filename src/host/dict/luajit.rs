@@ -10,14 +10,14 @@
 //! then calls the method's C function with the same arguments, which gives the answer or raises
 //! the `vmpool:` error. So every message, and every case this file does not handle (a dictionary
 //! inherited through `fork()`, a list, a key that is a number or has a bad length, a bad TTL or
-//! flags, memory the system refuses), stays defined in one place, `dict_api.rs`.
+//! flags, memory the system refuses), stays defined in one place, `mod.rs` (with `args.rs`).
 //!
 //! No function here raises or unwinds: they return codes, and a panic (there is none to expect)
 //! aborts at the `extern "C"` boundary rather than unwinding into LuaJIT.
 
 use std::ffi::{c_char, c_int, c_void};
 
-use crate::host::dict_api::SharedHandle;
+use super::SharedHandle;
 use crate::host::userdata;
 use crate::shared::dict::{self, Found, Kind, Mode, Number, Scalar, ValueSink};
 
