@@ -1,5 +1,5 @@
 //! `--features count-alloc` only: leaks on purpose, so that a test can prove the soak's exact
-//! accounting catches a leak (`pool:_leak(kind, every)`, see `bench/soak.lua`). Release builds do
+//! accounting catches a leak (`pool:_leak(kind, every)`, see `spec/soak/soak.lua`). Release builds do
 //! not contain it.
 //!
 //! Every `every`-th call a worker runs, it leaks what `kind` says: a call record (an extra

@@ -1,7 +1,7 @@
 //! Waiting for another thread: spin briefly, then park.
 //!
 //! A futex wake-up of a thread on another CPU costs ~5-10 µs on some machines and ~30 µs on others
-//! (VMs whose idle virtual CPUs halt: `bench/pingpong.rs`); a reply usually arrives within 1-2 µs.
+//! (VMs whose idle virtual CPUs halt: `bench/suites/pingpong.rs`); a reply usually arrives within 1-2 µs.
 //! So a waiter first spins, bounded in *time* (a fixed iteration count gave 100+ µs outliers on
 //! busy cores), and each waiting site adapts:
 //! - the budget follows the *observed* waits: a wait that ended within `max` (even after

@@ -4,7 +4,7 @@
 //! Why not mlua's allocator: it aborts the process when the system refuses an allocation
 //! (`handle_alloc_error`), where Lua expects a NULL and raises its ordinary, catchable "not enough
 //! memory"; and it counts bytes only. This one returns NULL on refusal, and counts bytes *and*
-//! blocks, so that the soak test (`bench/soak.lua`) can check exactly, not through RSS, that every
+//! blocks, so that the soak test (`spec/soak/soak.lua`) can check exactly, not through RSS, that every
 //! state gives back what it took: [`totals`] sums the accounts of every state open in the process,
 //! whichever pool it belongs to (and states nobody closed, which is what a leaked state is).
 //!

@@ -1,5 +1,5 @@
 -- The LuaJIT FFI path of vmpool.shared, compiled into the library and run by vmpool.lua on LuaJIT
--- (see src/host/dict_ffi.rs for why). Given the library's native table, it returns a function
+-- (see src/host/dict/luajit.rs for why). Given the library's native table, it returns a function
 -- that vmpool.shared passes each new handle through: the first one's methods table gets FFI
 -- versions of get, get_stale, set, safe_set, add, safe_add, replace, delete, incr and flush_all.
 --
@@ -42,7 +42,7 @@ end
 local type, setmetatable, rawget, rawset, pairs, tonumber = type, setmetatable, rawget, rawset, pairs, tonumber
 local ffi_string, ffi_new = ffi.string, ffi.new
 
--- the codes of dict_ffi.rs
+-- the codes of host/dict/luajit.rs
 local MISSING, FALSE, TRUE, NUMBER, STRING, STRING_TOO_LONG = 0, 1, 2, 3, 4, 5
 local VALUE_NIL, VALUE_FALSE, VALUE_TRUE, VALUE_NUMBER, VALUE_STRING = 0, 1, 2, 3, 4
 local SET, ADD, REPLACE = 0, 1, 2
@@ -247,7 +247,7 @@ return function(handle)
       methods = debug.getmetatable(handle).__index
       patch(methods)
     end
-    -- the handle carries the methods as its own fields too (dict_api.rs): the FFI ones
+    -- the handle carries the methods as its own fields too (host/dict/mod.rs): the FFI ones
     for name, f in pairs(methods) do
       rawset(handle, name, f)
     end

@@ -10,7 +10,7 @@
 //! bit, and so does a write that rewrites a string in place (one of the same length) or `incr`s a
 //! number (other writes move the entry to the front); eviction gives a referenced entry a second
 //! chance (the CLOCK approximation of least-recently-used). Readers of the same keys on several
-//! threads then run side by side instead of queueing on a mutex (bench/shared.lua, "scaling"). Most
+//! threads then run side by side instead of queueing on a mutex (bench/probes/shared.lua, "scaling"). Most
 //! `get`s take no lock at all: they read the key's slot in the shard's read cache
 //! (`read_cache.rs`), which every write of a key updates through [`KeyWrite`] before the lock is
 //! released, and every removal of an entry empties. Most `set`s of a short string take no lock
@@ -455,7 +455,7 @@ impl Dict {
     /// Why: a copy per `set` means a `malloc` in the writing thread and a `free` of the old value
     /// under the shard's lock, often of memory another thread allocated, which takes that
     /// thread's allocator arena lock: with several threads writing the same keys, that would be
-    /// the dictionary's main cost (bench/shared.lua, "scaling").
+    /// the dictionary's main cost (bench/probes/shared.lua, "scaling").
     #[allow(clippy::too_many_arguments)]
     fn overwrite_string(
         &self,

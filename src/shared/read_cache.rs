@@ -3,7 +3,7 @@
 //!
 //! Why: a `get` under the shard's read lock writes the lock's word twice (taking and releasing
 //! it). With several threads reading the same keys, that cache line moves between the CPUs on
-//! nearly every `get`, and reads stop scaling with threads (bench/shared.lua, "scaling"). A hit
+//! nearly every `get`, and reads stop scaling with threads (bench/probes/shared.lua, "scaling"). A hit
 //! here writes nothing shared.
 //!
 //! Each slot is a sequence lock over atomic words, so it is sound in Rust: readers load the
