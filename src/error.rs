@@ -97,6 +97,10 @@ pub enum Error {
     NoStack { doing: String },
     /// An internal method of the adapters (`_name`) called by a program, the wrong way.
     Private { method: String, needs: String },
+    /// A method of a vmpool object (`what`: "pool", "future", ...) was called while another
+    /// method of the same object was still running on this thread: a `__gc` finalizer or a debug
+    /// hook that ran inside that method called back into it.
+    InUse { what: &'static str },
     /// Anything else that should not happen.
     Internal(String),
 }
@@ -241,6 +245,10 @@ impl fmt::Display for Error {
             Error::Private { method, needs } => write!(
                 f,
                 "vmpool: {method} needs {needs} (it is an internal method of vmpool's schedulers, not for programs: use pool:co_invoke, pool:co_map or vmpool.run)"
+            ),
+            Error::InUse { what } => write!(
+                f,
+                "vmpool: this {what} is in use by one of its methods still running on this thread (a __gc finalizer or a debug hook called it from inside that method); call it after that method returns"
             ),
             Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
         }

@@ -44,6 +44,8 @@ impl SharedHandle {
 
 impl Tagged for SharedHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0005;
+    const NAME: &'static str = "shared dictionary";
+    const SHARED: bool = true;
 }
 
 /// The registry field that holds the metatable of dictionary handles (the tables) in each state.
@@ -93,10 +95,8 @@ fn this<'a>(st: State) -> Result<&'a Named, Error> {
     }
     st.set_top(ARGS);
     st.raw_geti(1, 1);
-    let handle = userdata::get::<SharedHandle>(st, ARGS + 1)
-        .and_then(|b| b.get())
-        .ok_or_else(|| Error::AsNgx(r#"bad "zone" argument"#.into()))?;
-    let p: *const Named = Arc::as_ptr(&handle.named);
+    let p: *const Named = userdata::with(st, ARGS + 1, |h: &SharedHandle| Arc::as_ptr(&h.named))
+        .map_err(|_| Error::AsNgx(r#"bad "zone" argument"#.into()))?;
     // SAFETY: `p` points into the `Arc` held by the userdata at stack slot ARGS + 1 of the running
     // C function, which stays there until the function returns (the methods only push above it);
     // only `__gc` (which cannot run on a value that is on the stack) drops the `Arc`; so the
@@ -514,10 +514,8 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
             1
         },
     )?;
-    if let Some(cached) = handle_of(st, -1) {
-        if Arc::ptr_eq(&cached.named, &named) {
-            return Ok(1);
-        }
+    if with_handle(st, -1, |cached| Arc::ptr_eq(&cached.named, &named)) == Some(true) {
+        return Ok(1);
     }
     st.pop(1);
     // the runner of protected calls goes in as an argument: the methods close over it
@@ -571,18 +569,16 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-/// The dictionary of the handle table at `idx`, if it is one (its slot 1 holds a live handle
-/// userdata).
-fn handle_of<'a>(st: State, idx: c_int) -> Option<&'a SharedHandle> {
+/// `f` of the dictionary of the handle table at `idx`, if it is one (its slot 1 holds a live
+/// handle userdata).
+fn with_handle<R>(st: State, idx: c_int, f: impl FnOnce(&SharedHandle) -> R) -> Option<R> {
     if st.type_of(idx) != TTABLE || !st.check_stack(1) {
         return None;
     }
     st.raw_geti(idx, 1);
-    // the reference outlives the pop: the table still holds the userdata, and the callers run no
-    // Lua code that could change its slot 1 while they use it
-    let handle = userdata::get::<SharedHandle>(st, -1).and_then(|b| b.get());
+    let r = userdata::with(st, -1, f).ok();
     st.pop(1);
-    handle.map(|h| &*h)
+    r
 }
 
 /// The registry field of each state's table of dictionary handles, name -> handle.
@@ -723,19 +719,22 @@ fn gc_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(fn TOSTRING => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
-    let text = match handle_of(st, 1) {
-        Some(h) if h.named.check_process().is_err() => format!(
-            "vmpool.shared '{}' (created in another process)",
-            h.named.name
-        ),
-        Some(h) => format!(
-            "vmpool.shared '{}' (capacity {}, free {})",
-            h.named.name,
-            h.named.dict.capacity(),
-            h.named.dict.free_space()
-        ),
-        None => "vmpool.shared (finalized)".to_string(),
-    };
+    let text = with_handle(st, 1, |h| {
+        if h.named.check_process().is_err() {
+            format!(
+                "vmpool.shared '{}' (created in another process)",
+                h.named.name
+            )
+        } else {
+            format!(
+                "vmpool.shared '{}' (capacity {}, free {})",
+                h.named.name,
+                h.named.dict.capacity(),
+                h.named.dict.free_space()
+            )
+        }
+    })
+    .unwrap_or_else(|| "vmpool.shared (finalized)".to_string());
     answer(st, "__tostring", &mut |st| {
         st.push_str(&text);
         1
