@@ -1,7 +1,8 @@
 //! The one error type. Every variant renders as a message that starts with `vmpool:`, says what went
 //! wrong and what to do about it; that text is exactly what Lua callers see. The one exception is
 //! [`Error::AsNgx`]: `vmpool.shared` raises where `ngx.shared.DICT` raises with ngx's own words,
-//! because code written for ngx matches them.
+//! because code written for ngx matches them (and a pool state's `ngx` set-up passes on what Lua
+//! raised).
 
 use std::fmt;
 
@@ -33,7 +34,10 @@ pub enum Error {
     /// An argument or result cannot cross between states.
     Unsupported(String),
     /// Bad input to a `vmpool.shared` method that `ngx.shared.DICT` (resty.core) raises for: its
-    /// message, word for word (`bad "zone" argument`), with no `vmpool:` prefix.
+    /// message, word for word (`bad "zone" argument`), with no `vmpool:` prefix. Also what Lua
+    /// raised while ngx_lua's functions set up a pool state's `ngx` (`host/ngx_state_api.rs`:
+    /// "not enough memory" under `memory_limit`), passed on as raised so that the pool reports
+    /// the limit as it does for any `init`.
     AsNgx(String),
     /// The call ran past `time_limit`.
     TimeLimit {
