@@ -63,6 +63,7 @@ impl userdata::Tagged for WaiterHandle {
 }
 
 /// The channel of the handle at `idx` (`self` of `method`).
+#[inline]
 fn channel_at(st: State, idx: c_int, method: &str) -> Result<Arc<Channel>, Error> {
     let chan = userdata::with(st, idx, |h: &ChannelHandle| h.chan.clone()).map_err(|_| {
         Error::BadArgument(format!(
@@ -75,6 +76,7 @@ fn channel_at(st: State, idx: c_int, method: &str) -> Result<Arc<Channel>, Error
 }
 
 /// The waiter at `idx`, held for the caller's frame.
+#[inline]
 fn waiter_at(f: &Frame, st: State, idx: c_int) -> Result<Held<'_, WaiterHandle>, Error> {
     userdata::hold(f, st, idx).map_err(|a| {
         a.error::<WaiterHandle>(|| {

@@ -82,6 +82,7 @@ impl Drop for FutureHandle {
 }
 
 /// The future `self` at slot 1, lent for the caller's frame (`crate::hold!(f = handle(st))`).
+#[inline]
 pub(super) fn handle(frame: &Frame, st: State) -> Result<&FutureHandle, Error> {
     userdata::share(frame, st, 1).map_err(|a| {
         a.error::<FutureHandle>(|| {

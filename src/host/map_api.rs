@@ -40,6 +40,7 @@ fn with_pool<R>(
 }
 
 /// The map `self` at slot 1, held for the caller's frame (`crate::hold!(m = map_handle(st))`).
+#[inline]
 fn map_handle(f: &Frame, st: State) -> Result<Held<'_, MapRun>, Error> {
     userdata::hold(f, st, 1).map_err(|a| {
         a.error::<MapRun>(|| Error::private("a map's method", "a map as its first argument"))
@@ -47,6 +48,7 @@ fn map_handle(f: &Frame, st: State) -> Result<Held<'_, MapRun>, Error> {
 }
 
 /// The notifier at `idx` of `method`, held for the caller's frame.
+#[inline]
 fn notifier_at<'f>(
     f: &'f Frame,
     st: State,
@@ -317,6 +319,7 @@ fn gc_impl(st: State) -> Result<c_int, Error> {
 }
 
 /// The map at slot 2 of `notifier:_watch`, held for the caller's frame.
+#[inline]
 fn map_arg(f: &Frame, st: State) -> Result<Held<'_, MapRun>, Error> {
     userdata::hold(f, st, 2)
         .map_err(|a| a.error::<MapRun>(|| Error::private("notifier:_watch", "a map")))

@@ -75,6 +75,7 @@ impl userdata::Tagged for NotifierHandle {
 }
 
 /// The notifier `self` at slot 1, held for the caller's frame (`crate::hold!(n = handle(st))`).
+#[inline]
 fn handle(f: &Frame, st: State) -> Result<Held<'_, NotifierHandle>, Error> {
     userdata::hold(f, st, 1).map_err(|a| {
         a.error::<NotifierHandle>(|| {
@@ -287,6 +288,7 @@ fn next_token_impl(st: State) -> Result<c_int, Error> {
 }
 
 /// The pool at slot 2 of `notifier:_call`, held for the caller's frame.
+#[inline]
 fn pool_arg(f: &Frame, st: State) -> Result<Held<'_, PoolHandle>, Error> {
     userdata::hold(f, st, 2).map_err(|a| {
         a.error::<PoolHandle>(|| {
@@ -428,6 +430,7 @@ fn gc_impl(st: State) -> Result<c_int, Error> {
 
 /// The notifier of `fut:METHOD(notifier, token)` (argument 2), held for the caller's frame, once
 /// argument 3 is checked to be a token (`st.to_number(3)`).
+#[inline]
 pub(crate) fn notifier_arg<'f>(
     f: &'f Frame,
     st: State,

@@ -78,6 +78,8 @@ pub enum Access {
 impl Access {
     /// The error of a method whose object is unusable: [`Error::InUse`] if it is held, else
     /// what `wrong` words (a bad argument, a closed object).
+    #[cold]
+    #[inline(never)]
     pub fn error<T: Tagged>(self, wrong: impl FnOnce() -> Error) -> Error {
         match self {
             Access::InUse => Error::InUse { what: T::NAME },
