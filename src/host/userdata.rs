@@ -1,23 +1,24 @@
-//! Rust values inside Lua full userdata, type-checked by metatable identity.
+//! Rust values inside Lua full userdata, type-checked by a tag, and lent to the methods.
 //!
 //! Every C function of the module is a closure over the same upvalues: the metatables of the
 //! pool, future, notifier and map types ([`UV_POOL`], [`UV_FUTURE`], [`UV_NOTIFIER`],
-//! [`UV_MAP`]), used to create objects, and the runner of protected calls ([`crate::lua::RUNNER_UPVALUE`]). Checking an argument's type does not push anything: a block of exactly our size that
-//! starts with the type's 64-bit tag (a random constant) is ours. Only the module writes those
-//! tags, and the check does not look at the metatable: Lua code may read it (`getmetatable`,
-//! which the OpenResty adapter and the annotation spec use) or swap it with
+//! [`UV_MAP`]), used to create objects, and the runner of protected calls
+//! ([`crate::lua::RUNNER_UPVALUE`]). Checking an argument's type does not push anything: a block
+//! of exactly our size that starts with the type's 64-bit tag (a random constant) is ours. Only the
+//! module writes those tags, and the check does not look at the metatable: Lua code may read it
+//! (`getmetatable`, which the OpenResty adapter and the annotation spec use) or swap it with
 //! `debug.setmetatable`, and a vmpool object is still recognised as what it is, and nothing else
 //! passes for one.
 //!
-//! Borrowing a value is scoped and exclusive by construction: [`hold!`](crate::hold) gives a
-//! method `&mut T` ([`hold`]) or, for a type only read, `&T` ([`share`]) for the rest of its body,
-//! from a [`Frame`] no code can name, so it cannot escape; [`with`] and [`with_mut`] lend to a
-//! closure. A method that allocates in the host state can run
-//! `__gc` finalizers and hooks, which may call back into the same object: the block's state says
-//! it is held, and that second borrow is refused with `vmpool: this pool is in use ...` instead
-//! of making a second `&mut`. Types whose methods only read ([`Tagged::SHARED`]) are never marked
-//! and may nest. The value stays alive because its slot stays on the stack while it is held:
-//! callers keep the slot (they shrink the stack to it, never below).
+//! Lending is scoped and exclusive by construction. [`hold!`](crate::hold) gives a method `&mut T`
+//! ([`hold`]), or `&T` for a type only read ([`share`]), for the rest of its body, from a
+//! [`Frame`] no code can name, so nothing lent can escape; [`with`] and [`with_mut`] lend to a
+//! closure. A method that allocates in the host state can run `__gc` finalizers and hooks, which
+//! may call back into the same object: the block's state says it is held, and that second borrow
+//! is refused (`vmpool: this pool is in use ...`) instead of making a second `&mut`. Types whose
+//! methods only read ([`Tagged::SHARED`]) are never marked and may be lent again. A lent value
+//! stays alive because its slot stays on the stack: methods shrink the stack down to the slots of
+//! what they hold, never below.
 
 use std::ffi::c_int;
 use std::marker::PhantomData;
@@ -56,8 +57,8 @@ pub trait Tagged {
     const TAG: u64;
     /// What users call it, for messages ("pool").
     const NAME: &'static str;
-    /// Its methods only read it (`&T`, through [`with`]): borrows need no bookkeeping and may
-    /// nest. Such a type cannot be [`hold`]en.
+    /// Its methods only read it (`&T`, through [`share`] and [`with`]; what changes is in
+    /// cells): borrows need no bookkeeping and may nest. Such a type is never [`hold`]en.
     const SHARED: bool = false;
 }
 
