@@ -48,6 +48,30 @@ describe("containment", function()
     assert.matches("results\t100000\nclosed", out, 1, true)
   end)
 
+  it("a hook that calls the pool whose method is running gets a vmpool: in-use error, and the method "
+    .. "and the pool go on", function()
+    -- a call hook runs on each call of a C function, vmpool's protected push of the results
+    -- included: there, inside pool:invoke, pool:stats() and tostring(pool) reach the same pool
+    local out = run [[
+      local errors, names = {}, {}
+      debug.sethook(function()
+        -- hooks are off inside a hook: these calls do not run it again
+        local ok, err = pcall(pool.stats, pool)
+        if not ok then errors[#errors + 1] = err end
+        names[tostring(pool):match("%(([^=)]*)")] = true
+      end, "c")
+      local r = pool:invoke("c", "big", 3)
+      debug.sethook()
+      print("in use", #errors > 0, errors[1])
+      print("named", names["in use"], names["core"])
+      print("results", #r, r[3][1])
+      print("again", #pool:invoke("c", "big", 2), pool:stats().busy)
+    ]]
+    assert.matches("in use\ttrue\tvmpool: this pool is in use by one of its methods still running on this "
+      .. "thread (a __gc finalizer or a debug hook called it from inside that method); call it after that "
+      .. "method returns\nnamed\ttrue\ttrue\nresults\t3\t3\nagain\t2\t0\n", out, 1, true)
+  end)
+
   it("a finalizer that raises while results are pushed fails that call with a vmpool: error and "
     .. "the pool goes on", function()
     if vmpool.runtime == "LuaJIT" then

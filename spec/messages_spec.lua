@@ -270,6 +270,23 @@ cases.AsNgx = function()
   assert.are.equal('must provide "init" when providing "init_ttl"', err_of(d.incr, d, "k", 1, nil, 1))
 end
 
+cases.InUse = function()
+  -- a call hook runs on vmpool's protected push of the results inside pool:invoke, where the pool
+  -- is in use
+  with_pool({ core = 1 }, "function t() return { 1 } end", function(pool)
+    local err
+    debug.sethook(function()
+      local ok, e = pcall(pool.stats, pool)
+      if not ok then err = err or e end
+    end, "c")
+    local r = pool:invoke("c", "t")
+    debug.sethook()
+    assert.are.equal(1, r[1])
+    assert.are.equal("vmpool: this pool is in use by one of its methods still running on this thread (a __gc "
+      .. "finalizer or a debug hook called it from inside that method); call it after that method returns", err)
+  end)
+end
+
 cases.Load = function()
   local Sub = require "spec.support.subprocess"
   -- a fresh interpreter that finds vmpool but no luv, and one whose vmpool cannot load

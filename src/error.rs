@@ -1,7 +1,8 @@
 //! The one error type. Every variant renders as a message that starts with `vmpool:`, says what went
 //! wrong and what to do about it; that text is exactly what Lua callers see. The one exception is
 //! [`Error::AsNgx`]: `vmpool.shared` raises where `ngx.shared.DICT` raises with ngx's own words,
-//! because code written for ngx matches them.
+//! because code written for ngx matches them (and a pool state's `ngx` set-up passes on what Lua
+//! raised).
 
 use std::fmt;
 
@@ -33,7 +34,10 @@ pub enum Error {
     /// An argument or result cannot cross between states.
     Unsupported(String),
     /// Bad input to a `vmpool.shared` method that `ngx.shared.DICT` (resty.core) raises for: its
-    /// message, word for word (`bad "zone" argument`), with no `vmpool:` prefix.
+    /// message, word for word (`bad "zone" argument`), with no `vmpool:` prefix. Also what Lua
+    /// raised while ngx_lua's functions set up a pool state's `ngx` (`host/ngx_state_api.rs`:
+    /// "not enough memory" under `memory_limit`), passed on as raised so that the pool reports
+    /// the limit as it does for any `init`.
     AsNgx(String),
     /// The call ran past `time_limit`.
     TimeLimit {
@@ -97,6 +101,10 @@ pub enum Error {
     NoStack { doing: String },
     /// An internal method of the adapters (`_name`) called by a program, the wrong way.
     Private { method: String, needs: String },
+    /// A method of a vmpool object (`what`: "pool", "future", ...) was called while another
+    /// method of the same object was still running on this thread: a `__gc` finalizer or a debug
+    /// hook that ran inside that method called back into it.
+    InUse { what: &'static str },
     /// Anything else that should not happen.
     Internal(String),
 }
@@ -241,6 +249,10 @@ impl fmt::Display for Error {
             Error::Private { method, needs } => write!(
                 f,
                 "vmpool: {method} needs {needs} (it is an internal method of vmpool's schedulers, not for programs: use pool:co_invoke, pool:co_map or vmpool.run)"
+            ),
+            Error::InUse { what } => write!(
+                f,
+                "vmpool: this {what} is in use by one of its methods still running on this thread (a __gc finalizer or a debug hook called it from inside that method); call it after that method returns"
             ),
             Error::Internal(m) => write!(f, "vmpool: internal error (please report it): {m}"),
         }

@@ -5,9 +5,11 @@
 //!
 //! Why raw: the host entry points (`invoke`, `submit`, a future's `wait`) and a child's call loop are
 //! the hot path, and mlua's generic `Value`/`UserData` machinery costs several thousand instructions
-//! per call there (see `bench/README.md`). Everything that touches a `lua_State` goes through the
-//! [`State`] type below, so the `unsafe` surface lives in this file and in a handful of documented
-//! spots elsewhere.
+//! per call there (see `bench/README.md`). Most code touches a `lua_State` through the [`State`]
+//! type below; where it has no wrapper, code calls `mlua::ffi` directly (a child state's callbacks
+//! in `child/`, `value/func.rs` and `channel/stream.rs`, the allocator and panic handler in
+//! `state_heap.rs`, the dictionary methods in `host/dict_api.rs` and `host/dict_ffi.rs`), each
+//! `unsafe` block with its `// SAFETY:` argument.
 //!
 //! Rules every caller keeps (they are what makes the safe methods sound):
 //! - a `State` is used only on the thread that runs that Lua state, while the state is alive;
@@ -679,7 +681,7 @@ unsafe extern "C-unwind" fn protected_runner(l: *mut lua_State) -> isize {
     f(st) as isize
 }
 
-/// A Lua C function that returns its result count in the whole of RAX.
+/// A Lua C function that returns its result count in the whole of its return register.
 ///
 /// LuaJIT's x64 interpreter uses the full 64-bit register after calling a C function, while the
 /// C ABI leaves the upper half of an `int` result undefined. Release builds of Rust do return
@@ -687,11 +689,33 @@ unsafe extern "C-unwind" fn protected_runner(l: *mut lua_State) -> isize {
 /// of results: `print(pool)` crashed. Returning `isize` defines the whole register.
 pub type WideCFunction = unsafe extern "C-unwind" fn(*mut lua_State) -> isize;
 
+// `c_function` holds where an `isize` result and an `int` result come back in the same register,
+// the `int` in its low 32 bits: every 32-bit target (`isize` is `i32` there) and these 64-bit ones,
+// whose C ABIs return integers in one general register (rax, x0, a0, r3, r2, a0) and read an
+// `int` from its low half (extended, on the last four, exactly as a small non-negative `isize`
+// is). Another target must be checked before it is added here.
+#[cfg(not(any(
+    target_pointer_width = "32",
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64",
+    target_arch = "powerpc64",
+    target_arch = "s390x",
+    target_arch = "loongarch64",
+)))]
+compile_error!(
+    "vmpool: lua::c_function passes isize-returning functions as lua_CFunction; check that this \
+     target's C ABI returns an int in the low half of the register an isize uses, then add it"
+);
+
 /// Turns a [`WideCFunction`] into the `lua_CFunction` type Lua's API takes.
 pub const fn c_function(f: WideCFunction) -> ffi::lua_CFunction {
-    // SAFETY: both are `extern "C-unwind"` functions of one pointer argument whose result is
-    // returned in RAX; a C caller reading an `int` sees the low 32 bits, which hold the count.
-    // Rust code never calls the function through the converted type.
+    // SAFETY: both are `extern "C-unwind"` functions of one pointer argument that differ only in
+    // their result, an `isize` where the caller expects a C `int`. On the targets the guard above
+    // admits, both results come back in the same register, the `int` in its low 32 bits, so a C
+    // caller (Lua) that reads an `int` reads the count, which is small and non-negative (0 to a
+    // few thousand: the values the function pushed). Rust code never calls the function through
+    // the converted type.
     unsafe { std::mem::transmute::<WideCFunction, ffi::lua_CFunction>(f) }
 }
 

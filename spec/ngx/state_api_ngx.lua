@@ -234,6 +234,21 @@ describe("ngx in pool states (the peer's t/166-worker-thread.t tests 18-47)", fu
     assert.are.equal("nil\n", case("no_api"))
   end)
 
+  it("fails a call whose ngx function raises (a bad argument) with ngx's message, and serves the next",
+    function()
+    assert.are.equal("false vmpool: error in m:encode: m:2: bad argument #1 to 'encode_args' (table expected, "
+      .. "got number)\nfalse vmpool: error in m:lpush: m:3: expecting 3 arguments, but only seen 1\nfalse vmpool: "
+      .. "error in m:quote: m:4: bad argument #1 to 'quote_sql_str' (string expected, got table)\nhello\n",
+      case("bad_args"))
+    assert.are.equal("true : hello\n", case("t1"))
+  end)
+
+  it("fails a pool whose memory_limit runs out while its states get their ngx with the limit's error, "
+    .. "at every point of the set-up, and serves the next request", function()
+    assert.are.equal("true true nil\n", case("setup_memory"))
+    assert.are.equal("true : hello\n", case("t1"))
+  end)
+
   it("logs no alert or crash", function()
     assert.are.same({}, nginx:log_lines { "alert", "crit", "emerg" })
     assert.is_nil(nginx:log():find("exited on signal", 1, true))

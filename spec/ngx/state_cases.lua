@@ -546,6 +546,55 @@ return { kind = function() return type(ngx) end }
   ngx.say(select(2, run("m", "kind")))
 end }
 
+-- ngx_lua's C functions raising in a state (bad arguments): the call fails with their message,
+-- and the same pool serves the next call
+CASES.bad_args = { module = "m", child = [[
+return {
+  encode = function(v) local r = ngx.encode_args(v) return r end,
+  lpush = function() local r = ngx.shared.dogs:lpush() return r end,
+  quote = function(v) local r = ngx.quote_sql_str(v) return r end,
+  hello = function() return "hello" end,
+}
+]], host = function(run)
+  for _, call in ipairs { { "encode", 42 }, { "lpush" }, { "quote", {} } } do
+    local ok, err = run("m", call[1], call[2])
+    ngx.say(ok, " ", tostring(err):match("^[^\n]*"))
+  end
+  ngx.say(select(2, run("m", "hello")))
+end }
+
+-- a state's memory_limit running out while ngx_lua's functions fill its ngx: every limit from
+-- what `require "vmpool"` leaves in a state on, 256 bytes apart, across the set-up's first
+-- 128 KiB. Each pool starts, or fails with the limit's message (out of memory in vmpool's or
+-- ngx_lua's C code) or with the set-up's (out of memory in its Lua part: a `require`)
+CASES.setup_memory = { host = function()
+  local probe = vmpool.new { core = 1, max_noncore = 0, ngx_api = false,
+    init = 'require("vmpool") BASE = collectgarbage("count")' }
+  probe:compile("p", "function base() return BASE end")
+  local base = math.floor(probe:co_invoke("p", "base") * 1024)
+  probe:close()
+  local count, other = { started = 0, limit = 0, lua = 0 }, nil
+  for limit = base, base + 131072, 256 do
+    local ok, pool = pcall(vmpool.new, { core = 1, max_noncore = 0, memory_limit = limit })
+    local err = tostring(pool)
+    if ok then
+      count.started = count.started + 1
+      pool:close()
+    elseif err == "vmpool: the init code failed in a new state: it needed more than memory_limit = "
+        .. ("%d"):format(limit) .. " bytes (raise memory_limit or make init use less memory)" then
+      count.limit = count.limit + 1
+    elseif err:find("^vmpool: the init code failed in a new state: vmpool: cannot set up ngx in a pool state: ")
+        and err:find("not enough memory", 1, true) then
+      count.lua = count.lua + 1
+    else
+      other = other or err
+    end
+  end
+  ngx.say(count.limit > 0, " ", count.lua > 0, " ", tostring(other))
+  ngx.log(ngx.NOTICE, "setup_memory from ", base, ": ", count.limit, " limit, ", count.lua, " lua, ",
+    count.started, " started")
+end }
+
 -- the rest of t/166-worker-thread.t that vmpool can express (regression tests; vmpool's own
 -- messages where the peer has its own)
 

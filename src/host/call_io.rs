@@ -121,6 +121,7 @@ pub struct PoolHandle {
 
 impl userdata::Tagged for PoolHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0001;
+    const NAME: &'static str = "pool";
 }
 
 impl PoolHandle {
@@ -313,14 +314,14 @@ pub fn bad_arg(st: State, idx: c_int, position: c_int, method: &str, expected: &
 }
 
 /// Results pushed without a protected call when they are all scalars (see
-/// [`value::push_scalars`]): a host C function starts with `LUA_MINSTACK` (20) free slots, and
-/// its caller has emptied the stack.
+/// [`value::push_scalars`]): a host C function starts with `LUA_MINSTACK` (20) free slots above
+/// its arguments, and its caller has dropped them but for the objects it holds (at most two).
 const UNPROTECTED_RESULTS: usize = 16;
 
 /// Pushes the results of a finished call (or returns its error). Called by a host C function
-/// with an empty stack. No lock is held while the results are pushed, and pushing runs protected
-/// unless nothing needs allocating: allocating can run finalizers, which may raise or wait on
-/// this very call.
+/// whose stack holds only the objects it holds (`userdata::hold`: their slots keep them alive).
+/// No lock is held while the results are pushed, and pushing runs protected unless nothing needs
+/// allocating: allocating can run finalizers, which may raise or wait on this very call.
 pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
     let buf = match call.result() {
         Some(Ok(buf)) => buf,
@@ -331,7 +332,10 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
             ))
         }
     };
-    debug_assert_eq!(st.top(), 0, "push_outcome needs an empty stack");
+    debug_assert!(
+        st.top() <= 2,
+        "push_outcome needs a stack of held objects only"
+    );
     if let Some(n) = value::push_scalars(st, buf, UNPROTECTED_RESULTS) {
         return Ok(n);
     }

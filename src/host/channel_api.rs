@@ -21,9 +21,9 @@ use std::time::Duration;
 use crate::channel::watch::Watch;
 use crate::channel::{self, select, Channel, Fail, Side};
 use crate::host::call_io::HostWait;
-use crate::host::notifier_api::notifier_and_token;
+use crate::host::notifier_api::notifier_arg;
 use crate::host::protect::decode_protected;
-use crate::host::userdata;
+use crate::host::userdata::{self, Frame, Held};
 use crate::lua::{State, TNIL, TNUMBER, TSTRING, TTABLE};
 use crate::notify::SubscriberId;
 use crate::value::{self, Role};
@@ -45,6 +45,8 @@ impl Drop for ChannelHandle {
 
 impl userdata::Tagged for ChannelHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0010;
+    const NAME: &'static str = "channel";
+    const SHARED: bool = true;
 }
 
 /// One channel operation of a scheduler's coroutine (`vmpool.lua` makes one per operation that
@@ -57,25 +59,30 @@ pub struct WaiterHandle {
 
 impl userdata::Tagged for WaiterHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0011;
+    const NAME: &'static str = "channel waiter";
 }
 
-fn channel_at<'a>(st: State, idx: c_int, method: &str) -> Result<&'a Arc<Channel>, Error> {
-    let h = userdata::get::<ChannelHandle>(st, idx)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
-            Error::BadArgument(format!(
-                "bad self to 'channel:{method}': expected a channel, got {} (call it as ch:{method}(...), with a colon)",
-                st.type_name(idx)
-            ))
-        })?;
-    h.chan.check_process()?;
-    Ok(&h.chan)
+/// The channel of the handle at `idx` (`self` of `method`).
+#[inline]
+fn channel_at(st: State, idx: c_int, method: &str) -> Result<Arc<Channel>, Error> {
+    let chan = userdata::with(st, idx, |h: &ChannelHandle| h.chan.clone()).map_err(|_| {
+        Error::BadArgument(format!(
+            "bad self to 'channel:{method}': expected a channel, got {} (call it as ch:{method}(...), with a colon)",
+            st.type_name(idx)
+        ))
+    })?;
+    chan.check_process()?;
+    Ok(chan)
 }
 
-fn waiter_at<'a>(st: State, idx: c_int) -> Result<&'a mut WaiterHandle, Error> {
-    userdata::get::<WaiterHandle>(st, idx)
-        .and_then(|b| b.get())
-        .ok_or_else(|| Error::private("channel waits", "a waiter from vmpool's own code"))
+/// The waiter at `idx`, held for the caller's frame.
+#[inline]
+fn waiter_at(f: &Frame, st: State, idx: c_int) -> Result<Held<'_, WaiterHandle>, Error> {
+    userdata::hold(f, st, idx).map_err(|a| {
+        a.error::<WaiterHandle>(|| {
+            Error::private("channel waits", "a waiter from vmpool's own code")
+        })
+    })
 }
 
 /// The timeout at `idx`: nil = no limit, a non-negative number of seconds.
@@ -262,7 +269,7 @@ fn channel_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn push => push_impl);
 /// `_chan_push(ch, timeout, ...)` -> true | nil, "timeout" | nil, "closed": waits on this thread.
 fn push_impl(st: State) -> Result<c_int, Error> {
-    let chan = channel_at(st, 1, "push")?.clone();
+    let chan = channel_at(st, 1, "push")?;
     let timeout = timeout_at(st, 2, "channel:push_timeout")?;
     let mut msg = Some(message(st, 3, "channel:push")?);
     let r = blocking(st, "channel:push", &mut |stop| {
@@ -285,7 +292,7 @@ fn push_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn pop => pop_impl);
 /// `_chan_pop(ch, timeout)` -> values | nil, "timeout" | nil, "closed": waits on this thread.
 fn pop_impl(st: State) -> Result<c_int, Error> {
-    let chan = channel_at(st, 1, "pop")?.clone();
+    let chan = channel_at(st, 1, "pop")?;
     let timeout = timeout_at(st, 2, "channel:pop")?;
     match blocking(st, "channel:pop", &mut |stop| chan.pop(timeout, stop))? {
         Ok(m) => {
@@ -296,12 +303,14 @@ fn pop_impl(st: State) -> Result<c_int, Error> {
     }
 }
 
-/// The waiter at 3 for an operation with `timeout`: on the first try, its deadline is set.
-fn start_waiter<'a>(
+/// The waiter at 3 for an operation with `timeout`, held for the caller's frame, and whether the
+/// operation may wait: on the first try, its deadline is set.
+fn start_waiter(
+    f: &Frame,
     st: State,
     timeout: Option<Duration>,
-) -> Result<(&'a mut WaiterHandle, bool), Error> {
-    let w = waiter_at(st, 3)?;
+) -> Result<(Held<'_, WaiterHandle>, bool), Error> {
+    let mut w = waiter_at(f, st, 3)?;
     if !w.started {
         w.started = true;
         w.watch.deadline = crate::call::deadline_after(timeout);
@@ -344,15 +353,20 @@ fn run_or_file<M, T>(
 crate::lua_function!(pub fn push_or_wait => push_or_wait_impl);
 /// `_chan_push_or_wait(ch, timeout, waiter, ...)` -> true | nil, why | waiter (filed).
 fn push_or_wait_impl(st: State) -> Result<c_int, Error> {
-    let chan = channel_at(st, 1, "push")?.clone();
+    let chan = channel_at(st, 1, "push")?;
     let timeout = timeout_at(st, 2, "channel:push_timeout")?;
     let msg = message(st, 4, "channel:push")?;
-    let (w, may_wait) = start_waiter(st, timeout)?;
+    // SAFETY: a local of this function, never moved: the waiter held from it ends here (it is
+    // let go before the stack is cut down to the results: its slot 3 keeps it alive till then).
+    let frame = unsafe { Frame::new() };
+    let (mut w, may_wait) = start_waiter(&frame, st, timeout)?;
     let try_push = |msg, call: Option<&_>| chan.push_or_watch(msg, call);
-    let Some(r) = run_or_file(w, &chan, Side::Push, may_wait, msg, try_push) else {
+    let Some(r) = run_or_file(&mut w, &chan, Side::Push, may_wait, msg, try_push) else {
+        drop(w);
         st.set_top(3);
         return Ok(1);
     };
+    drop(w);
     match r {
         Ok(()) => {
             st.set_top(0);
@@ -367,14 +381,19 @@ fn push_or_wait_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn pop_or_wait => pop_or_wait_impl);
 /// `_chan_pop_or_wait(ch, timeout, waiter)` -> values | nil, why | waiter (filed).
 fn pop_or_wait_impl(st: State) -> Result<c_int, Error> {
-    let chan = channel_at(st, 1, "pop")?.clone();
+    let chan = channel_at(st, 1, "pop")?;
     let timeout = timeout_at(st, 2, "channel:pop")?;
-    let (w, may_wait) = start_waiter(st, timeout)?;
+    // SAFETY: a local of this function, never moved: the waiter held from it ends here (it is
+    // let go before the stack is cut down to the results: its slot 3 keeps it alive till then).
+    let frame = unsafe { Frame::new() };
+    let (mut w, may_wait) = start_waiter(&frame, st, timeout)?;
     let try_pop = |(), call: Option<&_>| chan.pop_or_watch(call).map_err(|f| (f, ()));
-    let Some(r) = run_or_file(w, &chan, Side::Pop, may_wait, (), try_pop) else {
+    let Some(r) = run_or_file(&mut w, &chan, Side::Pop, may_wait, (), try_pop) else {
+        drop(w);
         st.set_top(3);
         return Ok(1);
     };
+    drop(w);
     match r.map_err(|(f, ())| f) {
         Ok(m) => {
             st.set_top(0);
@@ -401,9 +420,7 @@ fn channel_list(st: State) -> Result<Vec<Arc<Channel>>, Error> {
     let mut chans = Vec::with_capacity(n);
     for i in 1..=n {
         st.raw_geti(1, i as i64);
-        let c = userdata::get::<ChannelHandle>(st, -1)
-            .and_then(|b| b.get())
-            .map(|h| h.chan.clone());
+        let c = userdata::with(st, -1, |h: &ChannelHandle| h.chan.clone()).ok();
         let got = st.type_name(-1);
         st.pop(1);
         let c = c.ok_or_else(|| {
@@ -446,7 +463,10 @@ crate::lua_function!(pub fn select_or_wait => select_or_wait_impl);
 fn select_or_wait_impl(st: State) -> Result<c_int, Error> {
     let chans = channel_list(st)?;
     let timeout = timeout_at(st, 2, "vmpool.select")?;
-    let (w, may_wait) = start_waiter(st, timeout)?;
+    // SAFETY: a local of this function, never moved: the waiter held from it ends here (it is
+    // let go before the stack is cut down to the results: its slot 3 keeps it alive till then).
+    let frame = unsafe { Frame::new() };
+    let (mut w, may_wait) = start_waiter(&frame, st, timeout)?;
     let r = match select::scan(&chans, None) {
         select::Scan::Empty if may_wait => {
             w.watch.retire(None);
@@ -459,19 +479,15 @@ fn select_or_wait_impl(st: State) -> Result<c_int, Error> {
         }
         r => r,
     };
+    w.watch.retire(match &r {
+        select::Scan::Got(i, _) => Some(&*chans[*i]),
+        _ => None,
+    });
+    drop(w);
     match r {
-        select::Scan::Got(i, m) => {
-            w.watch.retire(Some(&chans[i]));
-            push_selected(st, i, &m)
-        }
-        select::Scan::Closed => {
-            w.watch.retire(None);
-            Ok(push_fail(st, Fail::Closed))
-        }
-        select::Scan::Empty => {
-            w.watch.retire(None);
-            Ok(push_fail(st, Fail::Timeout))
-        }
+        select::Scan::Got(i, m) => push_selected(st, i, &m),
+        select::Scan::Closed => Ok(push_fail(st, Fail::Closed)),
+        select::Scan::Empty => Ok(push_fail(st, Fail::Timeout)),
     }
 }
 
@@ -529,8 +545,9 @@ crate::lua_function!(pub fn waiter_subscribe => waiter_subscribe_impl);
 /// `fut:_subscribe` does: the notifier queues `token` when a channel, `close()` or the deadline
 /// finishes the wait.
 fn waiter_subscribe_impl(st: State) -> Result<c_int, Error> {
-    let w = waiter_at(st, 1)?;
-    let (handle, token) = notifier_and_token(st, "_subscribe")?;
+    crate::hold!(w = waiter_at(st, 1));
+    crate::hold!(handle = notifier_arg(st, "_subscribe"));
+    let token = st.to_number(3) as u64;
     let subscribed = match w.watch.call() {
         Some(call) => handle.waits.subscribe(call, token),
         None => {
@@ -545,8 +562,9 @@ fn waiter_subscribe_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn waiter_unsubscribe => waiter_unsubscribe_impl);
 /// `w:_unsubscribe(notifier, token)`, as `fut:_unsubscribe`.
 fn waiter_unsubscribe_impl(st: State) -> Result<c_int, Error> {
-    let w = waiter_at(st, 1)?;
-    let (handle, token) = notifier_and_token(st, "_unsubscribe")?;
+    crate::hold!(w = waiter_at(st, 1));
+    crate::hold!(handle = notifier_arg(st, "_unsubscribe"));
+    let token = st.to_number(3) as u64;
     let id = SubscriberId::Queue(Arc::as_ptr(&handle.waits.notifier), token);
     let dropped = w.watch.call().is_some_and(|c| c.unsubscribe(id));
     if dropped {
@@ -559,7 +577,8 @@ fn waiter_unsubscribe_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn waiter_ready => waiter_ready_impl);
 /// `w:_ready()`: whether the wait is over (the coroutine may retry).
 fn waiter_ready_impl(st: State) -> Result<c_int, Error> {
-    let ready = waiter_at(st, 1)?.watch.ready();
+    crate::hold!(w = waiter_at(st, 1));
+    let ready = w.watch.ready();
     st.push_bool(ready);
     Ok(1)
 }
@@ -571,11 +590,7 @@ crate::lua_function!(pub fn waiter_gc => crate::host::finalize::<WaiterHandle>);
 crate::lua_function!(pub fn chan_eq => chan_eq_impl);
 /// `a == b`: handles of the same channel are equal.
 fn chan_eq_impl(st: State) -> Result<c_int, Error> {
-    let chan = |i| {
-        userdata::get::<ChannelHandle>(st, i)
-            .and_then(|b| b.get())
-            .map(|h| Arc::as_ptr(&h.chan))
-    };
+    let chan = |i| userdata::with(st, i, |h: &ChannelHandle| Arc::as_ptr(&h.chan)).ok();
     let eq = matches!((chan(1), chan(2)), (Some(a), Some(b)) if a == b);
     st.push_bool(eq);
     Ok(1)
@@ -584,19 +599,24 @@ fn chan_eq_impl(st: State) -> Result<c_int, Error> {
 /// Items a stream buffers between the state and the iterator before the state waits.
 pub const STREAM_CAPACITY: usize = 64;
 
+/// The pool of `pool:stream` (slot 1), held for the caller's frame.
+fn stream_pool(f: &Frame, st: State) -> Result<Held<'_, crate::host::call_io::PoolHandle>, Error> {
+    userdata::hold(f, st, 1).map_err(|a| {
+        a.error::<crate::host::call_io::PoolHandle>(|| {
+            Error::BadArgument(format!(
+                "bad argument #1 to 'stream': expected a pool, got {} (call it as pool:stream(...), with a colon)",
+                st.type_name(1)
+            ))
+        })
+    })
+}
+
 crate::lua_function!(pub fn stream => stream_impl);
 /// `_stream(pool, metatable, chunk, fn, ...)` -> future, channel: `pool:stream`'s call, whose
 /// top-level `coroutine.yield`s push onto the channel (`channel/stream.rs`). The channel's handle
 /// owns it: collecting the handle closes it, which ends the call at its next item.
 fn stream_impl(st: State) -> Result<c_int, Error> {
-    let h = userdata::get::<crate::host::call_io::PoolHandle>(st, 1)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
-            Error::BadArgument(format!(
-                "bad argument #1 to 'stream': expected a pool, got {} (call it as pool:stream(...), with a colon)",
-                st.type_name(1)
-            ))
-        })?;
+    crate::hold!(h = stream_pool(st));
     let call = h.prepare_with(st, 3, "stream", None)?;
     let chan = Arc::new(Channel::new(
         "(stream)",

@@ -3,6 +3,7 @@
 //! protocol, also usable with luv's `uv.new_poll`). `fut:_subscribe(notifier, token)` is the
 //! notifier's (`notifier_api`), with the rest of the subscription code.
 
+use std::cell::{Cell, OnceCell};
 use std::ffi::c_int;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use std::time::Duration;
 use crate::call::{Call, Waited, RUNNING};
 use crate::host::call_io::{push_outcome, HostWait};
 use crate::host::protect::push_str;
-use crate::host::userdata;
+use crate::host::userdata::{self, Access, Frame};
 use crate::lua::{State, TNIL, TNONE, TNUMBER};
 use crate::notify::{PollSignal, Subscriber, SubscriberId};
 use crate::pool::Pool;
@@ -21,14 +22,18 @@ pub struct FutureHandle {
     call: Option<Arc<Call>>,
     pool: Arc<Pool>,
     /// The pool's poll signal, once `pollfd()` subscribed this future to it.
-    poll: Option<Arc<PollSignal>>,
+    poll: OnceCell<Arc<PollSignal>>,
     /// Whether the owner has seen this (subscribed) future finished: it no longer keeps the poll
     /// descriptor readable.
-    claimed: bool,
+    claimed: Cell<bool>,
 }
 
 impl userdata::Tagged for FutureHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0002;
+    const NAME: &'static str = "future";
+    // A finalizer may wait on the very future whose results are being pushed: its methods take
+    // `&self`, what they change is in cells.
+    const SHARED: bool = true;
 }
 
 impl FutureHandle {
@@ -36,8 +41,8 @@ impl FutureHandle {
         FutureHandle {
             call: Some(call),
             pool,
-            poll: None,
-            claimed: false,
+            poll: OnceCell::new(),
+            claimed: Cell::new(false),
         }
     }
 
@@ -45,11 +50,11 @@ impl FutureHandle {
         self.call.as_deref().expect("a live future holds its call")
     }
 
-    fn done(&mut self) -> bool {
+    fn done(&self) -> bool {
         let done = self.call().is_done();
-        if done && !self.claimed {
-            self.claimed = true;
-            if let Some(p) = &self.poll {
+        if done && !self.claimed.get() {
+            self.claimed.set(true);
+            if let Some(p) = self.poll.get() {
                 p.claim();
             }
         }
@@ -60,7 +65,7 @@ impl FutureHandle {
 impl Drop for FutureHandle {
     fn drop(&mut self) {
         if let Some(p) = self.poll.take() {
-            if !self.claimed {
+            if !self.claimed.get() {
                 // finished or not, this future will not be looked at again: balance its signal
                 // only its own subscription: a coroutine's await may hold another
                 if !self.call().unsubscribe(SubscriberId::Poll(Arc::as_ptr(&p))) {
@@ -76,26 +81,29 @@ impl Drop for FutureHandle {
     }
 }
 
-pub(super) fn handle<'a>(st: State) -> Result<&'a mut FutureHandle, Error> {
-    userdata::get::<FutureHandle>(st, 1)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
+/// The future `self` at slot 1, lent for the caller's frame (`crate::hold!(f = handle(st))`).
+#[inline]
+pub(super) fn handle(frame: &Frame, st: State) -> Result<&FutureHandle, Error> {
+    userdata::share(frame, st, 1).map_err(|a| {
+        a.error::<FutureHandle>(|| {
             Error::BadArgument(
                 "expected a future as first argument (call it as fut:method(...))".into(),
             )
         })
+    })
 }
 
 crate::lua_function!(pub fn ready => ready_impl);
 fn ready_impl(st: State) -> Result<c_int, Error> {
-    let done = handle(st)?.done();
+    crate::hold!(f = handle(st));
+    let done = f.done();
     st.push_bool(done);
     Ok(1)
 }
 
 crate::lua_function!(pub fn wait => wait_impl);
 fn wait_impl(st: State) -> Result<c_int, Error> {
-    let f = handle(st)?;
+    crate::hold!(f = handle(st));
     let timeout = match st.type_of(2) {
         TNIL | TNONE => None,
         TNUMBER if st.to_number(2) >= 0.0 => {
@@ -129,7 +137,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
                 }
                 Waited::TimedOut => {
                     let seconds = timeout.map_or(f64::INFINITY, |d| d.as_secs_f64());
-                    st.set_top(0);
+                    st.set_top(1);
                     st.push_nil();
                     let message = Error::WaitTimeout { seconds }.to_string();
                     push_str(st, &message, || "reporting a wait timeout".into())?;
@@ -139,13 +147,13 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
         }
     }
     f.done();
-    st.set_top(0);
+    st.set_top(1);
     push_outcome(st, f.call())
 }
 
 crate::lua_function!(pub fn cancel => cancel_impl);
 fn cancel_impl(st: State) -> Result<c_int, Error> {
-    let f = handle(st)?;
+    crate::hold!(f = handle(st));
     f.pool.check_process()?;
     let cancelled = f.pool.cancel(f.call());
     if !cancelled && f.call().phase() == RUNNING {
@@ -166,19 +174,19 @@ fn no_descriptor(e: std::io::Error) -> Error {
 
 crate::lua_function!(pub fn pollfd => pollfd_impl);
 fn pollfd_impl(st: State) -> Result<c_int, Error> {
-    let f = handle(st)?;
-    if f.poll.is_none() && !f.claimed {
+    crate::hold!(f = handle(st));
+    if f.poll.get().is_none() && !f.claimed.get() {
         let signal = f.pool.poll_signal().map_err(no_descriptor)?;
         if !f.call().subscribe(Subscriber::Poll(signal.clone())) {
             // already finished: make the descriptor readable for this future too, so a poller
             // does not sleep on it (claimed, like any other, when the owner sees it done)
             signal.raise();
         }
-        f.poll = Some(signal.clone());
+        let _ = f.poll.set(signal.clone());
         st.push_integer(signal.fd() as i64);
         return Ok(1);
     }
-    let fd = match &f.poll {
+    let fd = match f.poll.get() {
         Some(p) => p.fd(),
         None => f.pool.poll_signal().map_err(no_descriptor)?.fd(),
     };
@@ -190,18 +198,19 @@ crate::lua_function!(pub fn gc => crate::host::finalize::<FutureHandle>);
 
 crate::lua_function!(pub fn tostring => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
-    let text = match userdata::get::<FutureHandle>(st, 1).and_then(|b| b.get()) {
-        Some(f) => {
-            let phase = match f.call().phase() {
+    let text = match userdata::with(st, 1, |f: &FutureHandle| f.call().phase()) {
+        Ok(phase) => format!(
+            "vmpool.future ({})",
+            match phase {
                 crate::call::QUEUED => "queued",
                 crate::call::ASSIGNED => "assigned",
                 crate::call::RUNNING => "running",
                 crate::call::DONE => "done",
                 _ => "finishing",
-            };
-            format!("vmpool.future ({phase})")
-        }
-        None => "vmpool.future (finalized)".into(),
+            }
+        ),
+        Err(Access::InUse) => "vmpool.future (in use)".into(),
+        Err(_) => "vmpool.future (finalized)".into(),
     };
     push_str(st, &text, || "converting a future to a string".into())?;
     Ok(1)

@@ -16,27 +16,47 @@ use crate::host::call_io::{bad_arg, HostWait, PoolHandle};
 use crate::host::map_run::{MapOptions, MapRun};
 use crate::host::notifier_api::NotifierHandle;
 use crate::host::protect::{protected, push_str};
-use crate::host::userdata::{self, UV_MAP};
+use crate::host::userdata::{self, Frame, Held, UV_MAP};
 use crate::lua::{State, TBOOLEAN, TNIL, TNONE, TNUMBER, TSTRING, TTABLE};
 use crate::Error;
 
 const KNOWN: &[&str] = &["batch", "errors", "unpack"];
 
-fn pool_handle<'a>(st: State, idx: c_int, method: &str) -> Result<&'a mut PoolHandle, Error> {
-    userdata::get::<PoolHandle>(st, idx)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
+/// Runs `f` on the pool `self` of `method` (slot `idx`), held while `f` runs.
+fn with_pool<R>(
+    st: State,
+    idx: c_int,
+    method: &str,
+    f: impl FnOnce(&mut PoolHandle) -> Result<R, Error>,
+) -> Result<R, Error> {
+    userdata::with_mut(st, idx, f).map_err(|a| {
+        a.error::<PoolHandle>(|| {
             Error::BadArgument(format!(
                 "bad argument #1 to '{method}': expected a pool, got {} (call it as pool:{method}(...), with a colon)",
                 st.type_name(idx)
             ))
         })
+    })?
 }
 
-fn map_handle<'a>(st: State) -> Result<&'a mut MapRun, Error> {
-    userdata::get::<MapRun>(st, 1)
-        .and_then(|b| b.get())
-        .ok_or_else(|| Error::private("a map's method", "a map as its first argument"))
+/// The map `self` at slot 1, held for the caller's frame (`crate::hold!(m = map_handle(st))`).
+#[inline]
+fn map_handle(f: &Frame, st: State) -> Result<Held<'_, MapRun>, Error> {
+    userdata::hold(f, st, 1).map_err(|a| {
+        a.error::<MapRun>(|| Error::private("a map's method", "a map as its first argument"))
+    })
+}
+
+/// The notifier at `idx` of `method`, held for the caller's frame.
+#[inline]
+fn notifier_at<'f>(
+    f: &'f Frame,
+    st: State,
+    idx: c_int,
+    method: &str,
+) -> Result<Held<'f, NotifierHandle>, Error> {
+    userdata::hold(f, st, idx)
+        .map_err(|a| a.error::<NotifierHandle>(|| Error::private(method, "a notifier")))
 }
 
 /// Reads the options table at `idx` (nil or none: the defaults).
@@ -204,8 +224,7 @@ fn push_tables(st: State, len: usize, collect: bool) -> Result<(c_int, c_int), E
 crate::lua_function!(pub fn map => map_impl);
 /// `pool:map(name, fn, list [, options])` -> results (and errors with `errors = "collect"`).
 fn map_impl(st: State) -> Result<c_int, Error> {
-    let h = pool_handle(st, 1, "map")?;
-    let (mut run, list) = start(st, h, 2, "map")?;
+    let (mut run, list) = with_pool(st, 1, "map", |h| start(st, h, 2, "map"))?;
     st.set_top(list + 1);
     let (results, errors) = push_tables(st, run.len(), run.collects())?;
     loop {
@@ -230,8 +249,7 @@ crate::lua_function!(pub fn new_map => new_map_impl);
 /// `native._map(pool, name, fn, list [, options])` -> map, results [, errors]: a map for a
 /// scheduler to drive with `m:_step`.
 fn new_map_impl(st: State) -> Result<c_int, Error> {
-    let h = pool_handle(st, 1, "co_map")?;
-    let (run, _) = start(st, h, 2, "co_map")?;
+    let (run, _) = with_pool(st, 1, "co_map", |h| start(st, h, 2, "co_map"))?;
     let (len, collect) = (run.len(), run.collects());
     st.set_top(0);
     userdata::push(st, run, UV_MAP)?;
@@ -243,7 +261,7 @@ crate::lua_function!(pub fn step => step_impl);
 /// `m:_step(list, results [, errors])` -> true once done, false to wait (see `_ready`,
 /// `_subscribe`, `notifier:_watch`); raises the map's error once nothing is in flight.
 fn step_impl(st: State) -> Result<c_int, Error> {
-    let m = map_handle(st)?;
+    crate::hold!(m = map_handle(st));
     let errors = if st.type_of(4) == TTABLE { 4 } else { 0 };
     let done = m.step(st, 2, 3, errors)?;
     st.push_bool(done);
@@ -253,7 +271,7 @@ fn step_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn ready => ready_impl);
 /// `m:_ready()`: whether the next step can run without waiting.
 fn ready_impl(st: State) -> Result<c_int, Error> {
-    let m = map_handle(st)?;
+    crate::hold!(m = map_handle(st));
     st.push_bool(m.wait_target().is_none());
     Ok(1)
 }
@@ -261,7 +279,7 @@ fn ready_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn cancel => cancel_impl);
 /// `m:_cancel()`: gives the map up (its batches are cancelled; nobody takes its results).
 fn cancel_impl(st: State) -> Result<c_int, Error> {
-    let m = map_handle(st)?;
+    crate::hold!(m = map_handle(st));
     m.fail(Error::Cancelled);
     Ok(0)
 }
@@ -270,10 +288,8 @@ crate::lua_function!(pub fn subscribe => subscribe_impl);
 /// `m:_subscribe(notifier, token)` -> whether it subscribed (false: step again at once): the
 /// notifier queues `token` when the batch the map waits for finishes.
 fn subscribe_impl(st: State) -> Result<c_int, Error> {
-    let m = map_handle(st)?;
-    let handle = userdata::get::<NotifierHandle>(st, 2)
-        .and_then(|b| b.get())
-        .ok_or_else(|| Error::private("m:_subscribe", "a notifier"))?;
+    crate::hold!(m = map_handle(st));
+    crate::hold!(handle = notifier_at(st, 2, "m:_subscribe"));
     if st.type_of(3) != TNUMBER {
         return Err(Error::private("m:_subscribe", "a token"));
     }
@@ -287,9 +303,10 @@ fn subscribe_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn tostring => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
-    let text = match userdata::get::<MapRun>(st, 1).and_then(|b| b.get()) {
-        Some(m) => format!("vmpool.map ({})", m.describe()),
-        None => "vmpool.map (finished)".into(),
+    let text = match userdata::with(st, 1, |m: &MapRun| m.describe()) {
+        Ok(what) => format!("vmpool.map ({what})"),
+        Err(userdata::Access::InUse) => "vmpool.map (in use)".into(),
+        Err(_) => "vmpool.map (finished)".into(),
     };
     push_str(st, &text, || "converting a map to a string".into())?;
     Ok(1)
@@ -297,17 +314,20 @@ fn tostring_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn gc => crate::host::finalize::<MapRun>);
 
+/// The map at slot 2 of `notifier:_watch`, held for the caller's frame.
+#[inline]
+fn map_arg(f: &Frame, st: State) -> Result<Held<'_, MapRun>, Error> {
+    userdata::hold(f, st, 2)
+        .map_err(|a| a.error::<MapRun>(|| Error::private("notifier:_watch", "a map")))
+}
+
 crate::lua_function!(pub fn watch => watch_impl);
 /// `notifier:_watch(map)` -> token, or nil when the map can step again at once: the token comes
 /// back when the batch the map waits for finishes (vmpool.run's `co_map`). Give it back with
 /// `notifier:_unwatch(token)`.
 fn watch_impl(st: State) -> Result<c_int, Error> {
-    let handle = userdata::get::<NotifierHandle>(st, 1)
-        .and_then(|b| b.get())
-        .ok_or_else(|| Error::private("notifier:_watch", "a notifier"))?;
-    let m = userdata::get::<MapRun>(st, 2)
-        .and_then(|b| b.get())
-        .ok_or_else(|| Error::private("notifier:_watch", "a map"))?;
+    crate::hold!(handle = notifier_at(st, 1, "notifier:_watch"));
+    crate::hold!(m = map_arg(st));
     match m.wait_target() {
         Some(call) => st.push_integer(handle.waits.watch(call.clone()) as i64),
         None => st.push_nil(),

@@ -89,6 +89,7 @@ pub struct MapRun {
 
 impl userdata::Tagged for MapRun {
     const TAG: u64 = 0x766d_706f_6f6c_0006;
+    const NAME: &'static str = "map";
 }
 
 /// The options of `pool:map` (read by `host/map_api.rs`).

@@ -21,7 +21,10 @@
 
 use std::ffi::{c_int, c_void, CStr};
 
-use crate::lua::{lua_State, State};
+use mlua::ffi;
+
+use crate::lua::errors::describe_error;
+use crate::lua::{lua_State, State, RUNNER_UPVALUE};
 use crate::Error;
 
 /// The Lua half, run with the filled table as its argument.
@@ -92,31 +95,54 @@ fn ngx_state_impl(st: State) -> Result<c_int, Error> {
     if !st.check_stack(8) {
         return Err(Error::no_stack("the ngx API of a pool state"));
     }
-    if st.load_text(NGX_STATE.as_bytes(), "vmpool/ngx_state.lua") != 0 {
-        return Err(Error::Internal(format!(
-            "vmpool/ngx_state.lua does not compile: {}",
-            String::from_utf8_lossy(st.to_bytes(-1).unwrap_or_default())
-        )));
+    match st.load_text(NGX_STATE.as_bytes(), "vmpool/ngx_state.lua") {
+        0 => {}
+        ffi::LUA_ERRMEM => return Err(raised(st)),
+        _ => {
+            return Err(Error::Internal(format!(
+                "vmpool/ngx_state.lua does not compile: {}",
+                String::from_utf8_lossy(st.to_bytes(-1).unwrap_or_default())
+            )))
+        }
     }
-    st.create_table(0, 104);
-    // SAFETY: the symbols are ngx_lua's functions of these signatures (see the module comment);
-    // each adds fields to the table on top of the stack of the state it is given, which is this
-    // state, on its own thread, inside a C function Lua called (so they may raise Lua errors,
-    // and this frame holds nothing that needs dropping).
-    unsafe {
-        std::mem::transmute::<*mut c_void, Inject>(string_api)(st.as_ptr());
-        std::mem::transmute::<*mut c_void, Inject>(config_api)(st.as_ptr());
-        std::mem::transmute::<*mut c_void, InjectShdict>(shdict_api)(lmcf, st.as_ptr());
-        std::mem::transmute::<*mut c_void, Inject>(core_consts)(st.as_ptr());
-        std::mem::transmute::<*mut c_void, Inject>(http_consts)(st.as_ptr());
+    // The table and what ngx_lua's functions put in it allocate in this state, which raises
+    // "not enough memory" under `memory_limit`: all of it runs protected, so the raise comes back
+    // here as a status instead of unwinding through this frame (which aborts on LuaJIT, whose
+    // errors Rust's `catch_unwind` cannot take). They raise nothing else: they read no argument.
+    let filled = st.protect(RUNNER_UPVALUE, 0, &mut |st| {
+        st.create_table(0, 104);
+        // SAFETY: the symbols are ngx_lua's functions of these signatures (see the module
+        // comment); each adds fields to the table on top of the stack of the state it is given,
+        // which is this state, on its own thread, inside a protected call, where a raise lands
+        // (no frame in between holds anything that needs dropping).
+        unsafe {
+            std::mem::transmute::<*mut c_void, Inject>(string_api)(st.as_ptr());
+            std::mem::transmute::<*mut c_void, Inject>(config_api)(st.as_ptr());
+            std::mem::transmute::<*mut c_void, InjectShdict>(shdict_api)(lmcf, st.as_ptr());
+            std::mem::transmute::<*mut c_void, Inject>(core_consts)(st.as_ptr());
+            std::mem::transmute::<*mut c_void, Inject>(http_consts)(st.as_ptr());
+        }
+        st.push_light_userdata(std::ptr::null_mut());
+        st.raw_set_str(-2, "null");
+        1
+    });
+    if filled.is_err() {
+        // the compiled Lua part stays below the error: the caller's stack is dropped anyway
+        return Err(raised(st));
     }
-    st.push_light_userdata(std::ptr::null_mut());
-    st.raw_set_str(-2, "null");
-    if st.pcall(1, 0, 0) != 0 {
-        return Err(Error::BadArgument(format!(
+    match st.pcall(1, 0, 0) {
+        0 => Ok(0),
+        ffi::LUA_ERRMEM => Err(raised(st)),
+        _ => Err(Error::BadArgument(format!(
             "cannot set up ngx in a pool state: {}",
             String::from_utf8_lossy(st.to_bytes(-1).unwrap_or(b"(error object is not a string)"))
-        )));
+        ))),
     }
-    Ok(0)
+}
+
+/// The error on top of the stack (popped), passed on as Lua raised it.
+fn raised(st: State) -> Error {
+    let message = describe_error(st, -1);
+    st.pop(1);
+    Error::AsNgx(message)
 }

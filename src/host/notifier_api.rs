@@ -41,7 +41,7 @@ use std::time::Duration;
 use crate::host::call_io::{push_outcome, PoolHandle};
 use crate::host::future_api;
 use crate::host::protect::{protected, push_str};
-use crate::host::userdata::{self, UV_NOTIFIER};
+use crate::host::userdata::{self, Frame, Held, UV_NOTIFIER};
 use crate::host::waits::{Waits, FLUSH_EVERY};
 use crate::lua::{State, TNUMBER, TTABLE};
 use crate::notify::{Doorbell, DoorbellListener, SubscriberId};
@@ -72,12 +72,17 @@ fn born_elsewhere(born: Option<u64>, now: u64) -> bool {
 
 impl userdata::Tagged for NotifierHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0003;
+    const NAME: &'static str = "notifier";
 }
 
-fn handle<'a>(st: State) -> Result<&'a mut NotifierHandle, Error> {
-    userdata::get::<NotifierHandle>(st, 1)
-        .and_then(|b| b.get())
-        .ok_or_else(|| Error::BadArgument("expected a notifier as first argument".into()))
+/// The notifier `self` at slot 1, held for the caller's frame (`crate::hold!(n = handle(st))`).
+#[inline]
+fn handle(f: &Frame, st: State) -> Result<Held<'_, NotifierHandle>, Error> {
+    userdata::hold(f, st, 1).map_err(|a| {
+        a.error::<NotifierHandle>(|| {
+            Error::BadArgument("expected a notifier as first argument".into())
+        })
+    })
 }
 
 crate::lua_function!(pub fn new_notifier => new_impl);
@@ -119,7 +124,7 @@ fn wait_tokens(st: State, w: &mut Waits, idx: c_int, doing: &str) -> Result<(), 
 
 /// Pushes the collected tokens as a new array; if that fails they stay for the next call.
 fn push_tokens(st: State, w: &mut Waits) -> Result<c_int, Error> {
-    st.set_top(0);
+    st.set_top(1);
     let tokens = &w.tokens;
     protected(st, 0, || "collecting finished calls".into(), &mut |st| {
         st.create_table(tokens.len().min(1 << 20) as c_int, 0);
@@ -136,7 +141,7 @@ fn push_tokens(st: State, w: &mut Waits) -> Result<c_int, Error> {
 crate::lua_function!(pub fn wait => wait_impl);
 /// `notifier:wait([timeout])` -> tokens: sleeps (no CPU) until calls finished.
 fn wait_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     wait_tokens(st, &mut h.waits, 2, "notifier:wait()")?;
     push_tokens(st, &mut h.waits)
 }
@@ -144,7 +149,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn drain => drain_impl);
 /// `notifier:drain()` -> tokens: the finished calls' tokens, without sleeping.
 fn drain_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     h.waits.drain();
     push_tokens(st, &mut h.waits)
 }
@@ -154,7 +159,7 @@ crate::lua_function!(pub fn collect => collect_impl);
 /// seconds passed), writes their tokens into `buffer[1..n]` (vmpool.run's wait: no table per
 /// wake-up).
 fn collect_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     if st.type_of(2) != TTABLE {
         return Err(Error::private("notifier:_collect", "a buffer table"));
     }
@@ -175,7 +180,7 @@ fn collect_impl(st: State) -> Result<c_int, Error> {
 }
 crate::lua_function!(pub fn doorbell_listen => doorbell_listen_impl);
 fn doorbell_listen_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     let dir = st
         .to_bytes(2)
         .and_then(|b| std::str::from_utf8(b).ok())
@@ -200,7 +205,7 @@ fn doorbell_listen_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn doorbell_accept => doorbell_accept_impl);
 fn doorbell_accept_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     let listener = h.listener.take().ok_or_else(|| {
         Error::private(
             "notifier:_doorbell_accept",
@@ -225,7 +230,7 @@ fn doorbell_accept_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn doorbell_close => doorbell_close_impl);
 fn doorbell_close_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     h.listener = None;
     h.pollfd = None;
     h.waits.notifier.set_doorbell(None);
@@ -236,7 +241,7 @@ crate::lua_function!(pub fn pollfd => pollfd_impl);
 /// `notifier:_pollfd()` -> fd: an eventfd that is readable while finished calls' tokens wait to be
 /// drained (installed as the doorbell on the first call; the same descriptor afterwards).
 fn pollfd_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     let fd = match h.pollfd {
         Some(fd) => fd,
         None => {
@@ -258,14 +263,16 @@ fn pollfd_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn wake => wake_impl);
 fn wake_impl(st: State) -> Result<c_int, Error> {
-    handle(st)?.waits.notifier.wake();
+    crate::hold!(n = handle(st));
+    n.waits.notifier.wake();
     Ok(0)
 }
 
 crate::lua_function!(pub fn pending => pending_impl);
 /// `notifier:pending()`: tokens queued and not drained; calls held for `_take`; calls deferred.
 fn pending_impl(st: State) -> Result<c_int, Error> {
-    let (queued, held, deferred) = handle(st)?.waits.pending();
+    crate::hold!(n = handle(st));
+    let (queued, held, deferred) = n.waits.pending();
     st.push_number(queued as f64);
     st.push_number(held as f64);
     st.push_number(deferred as f64);
@@ -275,8 +282,20 @@ fn pending_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn next_token => next_token_impl);
 /// `notifier:_token()`: a token for `fut:_subscribe` that no `notifier:_call` call will use.
 fn next_token_impl(st: State) -> Result<c_int, Error> {
-    st.push_integer(handle(st)?.waits.next_token() as i64);
+    crate::hold!(n = handle(st));
+    let t = n.waits.next_token();
+    st.push_integer(t as i64);
     Ok(1)
+}
+
+/// The pool at slot 2 of `notifier:_call`, held for the caller's frame.
+#[inline]
+fn pool_arg(f: &Frame, st: State) -> Result<Held<'_, PoolHandle>, Error> {
+    userdata::hold(f, st, 2).map_err(|a| {
+        a.error::<PoolHandle>(|| {
+            Error::BadArgument("expected a pool (call it as pool:co_invoke(...))".into())
+        })
+    })
 }
 
 crate::lua_function!(pub fn call_api => call_impl);
@@ -285,18 +304,14 @@ crate::lua_function!(pub fn call_api => call_impl);
 /// when the pool refuses a call handed over now; `false` from a `_notifier(true)` inherited
 /// through `fork()`.
 fn call_impl(st: State) -> Result<c_int, Error> {
-    let n = handle(st)?;
+    crate::hold!(n = handle(st));
     if n.inherited() {
         st.push_bool(false);
         return Ok(1);
     }
-    let pool = userdata::get::<PoolHandle>(st, 2)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
-            Error::BadArgument("expected a pool (call it as pool:co_invoke(...))".into())
-        })?;
+    crate::hold!(pool = pool_arg(st));
     let call = pool.prepare_with(st, 3, "co_invoke", Some(&mut n.waits.cache))?;
-    st.set_top(0);
+    st.set_top(2);
     let (token, first) = n.waits.call(&pool.pool, call)?;
     st.push_integer(token as i64);
     if first {
@@ -309,7 +324,9 @@ fn call_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn flush => flush_impl);
 /// `notifier:_flush()` -> n: hands the deferred calls to their pools (the batch stays open).
 fn flush_impl(st: State) -> Result<c_int, Error> {
-    st.push_number(handle(st)?.waits.flush() as f64);
+    crate::hold!(n = handle(st));
+    let count = n.waits.flush();
+    st.push_number(count as f64);
     Ok(1)
 }
 
@@ -327,7 +344,7 @@ crate::lua_function!(pub fn open_batch => open_batch_impl);
 /// (0, the default: until `_close_batch`), flushing every `flush_every` calls (default 64; 0: only
 /// at `_flush` and the close). Re-arms a batch that is open already.
 fn open_batch_impl(st: State) -> Result<c_int, Error> {
-    let n = handle(st)?;
+    crate::hold!(n = handle(st));
     let takes = count_arg(st, 2, 0);
     let every = count_arg(st, 3, FLUSH_EVERY as u64) as usize;
     n.waits.open_batch(takes, every);
@@ -337,7 +354,9 @@ fn open_batch_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn batch_open => batch_open_impl);
 /// `notifier:_batch_open()`: whether a batch is open.
 fn batch_open_impl(st: State) -> Result<c_int, Error> {
-    st.push_bool(handle(st)?.waits.batch_open());
+    crate::hold!(n = handle(st));
+    let open = n.waits.batch_open();
+    st.push_bool(open);
     Ok(1)
 }
 
@@ -345,7 +364,9 @@ crate::lua_function!(pub fn close_batch => close_batch_impl);
 /// `notifier:_close_batch()` -> n: closes the batch (if open) and hands its calls over; `n`: calls
 /// deferred in batches since the last `_close_batch`.
 fn close_batch_impl(st: State) -> Result<c_int, Error> {
-    st.push_number(handle(st)?.waits.close_batch() as f64);
+    crate::hold!(n = handle(st));
+    let batched = n.waits.close_batch();
+    st.push_number(batched as f64);
     Ok(1)
 }
 
@@ -363,10 +384,10 @@ crate::lua_function!(pub fn take => take_impl);
 /// `notifier:_take(token [, wait])`: the results of a finished call (or its error, raised). One
 /// still running is an error, unless `wait`: then this waits for it (a coroutine resumed early).
 fn take_impl(st: State) -> Result<c_int, Error> {
-    let n = handle(st)?;
+    crate::hold!(n = handle(st));
     let token = token_arg(st, 2)?;
     let call = n.waits.take(token, &|| st.to_boolean(3))?;
-    st.set_top(0);
+    st.set_top(1);
     let result = push_outcome(st, &call);
     n.waits.cache.put(call);
     result
@@ -374,16 +395,18 @@ fn take_impl(st: State) -> Result<c_int, Error> {
 
 /// `notifier:METHOD(token)` that answers nothing: `op` on the notifier's waits.
 fn with_token(st: State, op: fn(&mut Waits, u64)) -> Result<c_int, Error> {
-    let n = handle(st)?;
-    op(&mut n.waits, token_arg(st, 2)?);
+    crate::hold!(n = handle(st));
+    let token = token_arg(st, 2)?;
+    op(&mut n.waits, token);
     Ok(0)
 }
 
 crate::lua_function!(pub fn done => done_impl);
 /// `notifier:_done(token)`: whether the call finished (nil if the notifier does not hold it).
 fn done_impl(st: State) -> Result<c_int, Error> {
-    let n = handle(st)?;
-    match n.waits.done(token_arg(st, 2)?) {
+    crate::hold!(n = handle(st));
+    let token = token_arg(st, 2)?;
+    match n.waits.done(token) {
         Some(finished) => st.push_bool(finished),
         None => st.push_nil(),
     }
@@ -404,32 +427,36 @@ fn unwatch_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn gc => crate::host::finalize::<NotifierHandle>);
 
-/// The notifier and token of `fut:METHOD(notifier, token)` (arguments 2 and 3).
-pub(crate) fn notifier_and_token<'a>(
+/// The notifier of `fut:METHOD(notifier, token)` (argument 2), held for the caller's frame, once
+/// argument 3 is checked to be a token (`st.to_number(3)`).
+#[inline]
+pub(crate) fn notifier_arg<'f>(
+    f: &'f Frame,
     st: State,
     method: &str,
-) -> Result<(&'a mut NotifierHandle, u64), Error> {
-    let handle = userdata::get::<NotifierHandle>(st, 2)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
+) -> Result<Held<'f, NotifierHandle>, Error> {
+    let handle = userdata::hold(f, st, 2).map_err(|a| {
+        a.error::<NotifierHandle>(|| {
             Error::BadArgument(format!(
                 "bad argument #1 to '{method}': expected a notifier"
             ))
-        })?;
+        })
+    })?;
     if st.type_of(3) != TNUMBER {
         return Err(Error::BadArgument(format!(
             "bad argument #2 to '{method}': expected a token (number)"
         )));
     }
-    Ok((handle, st.to_number(3) as u64))
+    Ok(handle)
 }
 
 crate::lua_function!(pub fn subscribe_future => subscribe_future_impl);
 /// `fut:_subscribe(notifier, token)` -> whether it subscribed (false: the call is done already):
 /// the notifier queues `token` when the future's call finishes.
 fn subscribe_future_impl(st: State) -> Result<c_int, Error> {
-    let f = future_api::handle(st)?;
-    let (handle, token) = notifier_and_token(st, "_subscribe")?;
+    crate::hold!(f = future_api::handle(st));
+    crate::hold!(handle = notifier_arg(st, "_subscribe"));
+    let token = st.to_number(3) as u64;
     let subscribed = handle.waits.subscribe(f.call(), token);
     st.push_bool(subscribed);
     Ok(1)
@@ -441,8 +468,9 @@ crate::lua_function!(pub fn unsubscribe_future => unsubscribe_future_impl);
 /// is being) queued, which the loop then drains as usual. For an await that gives up early: left
 /// in place, its token would keep a luv loop's count of calls in flight above zero forever.
 fn unsubscribe_future_impl(st: State) -> Result<c_int, Error> {
-    let f = future_api::handle(st)?;
-    let (handle, token) = notifier_and_token(st, "_unsubscribe")?;
+    crate::hold!(f = future_api::handle(st));
+    crate::hold!(handle = notifier_arg(st, "_unsubscribe"));
+    let token = st.to_number(3) as u64;
     let id = SubscriberId::Queue(std::sync::Arc::as_ptr(&handle.waits.notifier), token);
     let dropped = f.call().unsubscribe(id);
     if dropped {

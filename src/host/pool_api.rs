@@ -10,22 +10,23 @@ use crate::chunk::Chunk;
 use crate::host::call_io::{bad_arg, push_outcome, HostWait, PoolHandle, RESULT_WAIT};
 use crate::host::future_api::FutureHandle;
 use crate::host::protect::{protected, push_str};
-use crate::host::userdata::{self, UV_FUTURE, UV_POOL};
+use crate::host::userdata::{self, Access, Frame, Held, UV_FUTURE, UV_POOL};
 use crate::lua::State;
 use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
 use crate::value;
 use crate::Error;
 
+/// The pool `self` at slot 1, held for the caller's frame (`crate::hold!(h = handle(st))`).
 #[inline]
-fn handle<'a>(st: State) -> Result<&'a mut PoolHandle, Error> {
-    userdata::get::<PoolHandle>(st, 1)
-        .and_then(|b| b.get())
-        .ok_or_else(|| {
+fn handle(f: &Frame, st: State) -> Result<Held<'_, PoolHandle>, Error> {
+    userdata::hold(f, st, 1).map_err(|a| {
+        a.error::<PoolHandle>(|| {
             Error::BadArgument(
                 "expected a pool as first argument (call it as pool:method(...))".into(),
             )
         })
+    })
 }
 
 crate::lua_function!(pub fn new_pool => new_pool_impl);
@@ -45,7 +46,7 @@ fn new_pool_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn compile => compile_impl);
 fn compile_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     h.check()?;
     let name = st
         .to_bytes(2)
@@ -69,7 +70,7 @@ fn compile_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn unload => unload_impl);
 fn unload_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     h.check()?;
     let name = st
         .to_bytes(2)
@@ -84,9 +85,9 @@ fn unload_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn invoke => invoke_impl);
 fn invoke_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     let call = h.prepare(st, "invoke")?;
-    st.set_top(0);
+    st.set_top(1);
     if let Err(e) = h.pool.submit(call.clone()) {
         h.recycle(call);
         return Err(e);
@@ -110,9 +111,9 @@ fn invoke_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn submit => submit_impl);
 fn submit_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     let call = h.prepare(st, "submit")?;
-    st.set_top(0);
+    st.set_top(1);
     // The future comes first: if it cannot be created, nothing was submitted that nobody holds.
     if let Err(e) = userdata::push(
         st,
@@ -135,7 +136,7 @@ crate::lua_function!(pub fn stats => stats_impl);
 /// README); with `reset`, the peaks and the latency figures start a new interval after this
 /// reading (the counters and `vmpool.metrics()` never go back).
 fn stats_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     h.pool.check_process()?;
     let reset = stats_reset(st)?;
     let s = h.pool.stats_reset(reset);
@@ -168,7 +169,7 @@ fn stats_impl(st: State) -> Result<c_int, Error> {
         ("peak_busy", s.peak_busy as u64),
         ("peak_waiting", s.peak_waiting as u64),
     ];
-    st.set_top(0);
+    st.set_top(1);
     protected(st, 0, || "building the stats table".into(), &mut |st| {
         st.create_table(0, fields.len() as c_int + 2);
         for &(k, v) in &fields {
@@ -239,7 +240,7 @@ crate::lua_function!(pub fn collect => collect_impl);
 /// for (states busy with a call are skipped), and what the pool keeps for reuse freed: call
 /// records, and the chunk last named (which may be an old version).
 fn collect_impl(st: State) -> Result<c_int, Error> {
-    let h = handle(st)?;
+    crate::hold!(h = handle(st));
     h.check()?;
     h.cache.clear();
     h.last_chunk = None;
@@ -250,7 +251,7 @@ fn collect_impl(st: State) -> Result<c_int, Error> {
             call.wait(None, spin);
         }
     });
-    st.set_top(0);
+    st.set_top(1);
     st.push_integer(calls.len() as i64);
     Ok(1)
 }
@@ -277,21 +278,25 @@ fn memory_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn close => close_impl);
 fn close_impl(st: State) -> Result<c_int, Error> {
-    let boxed = userdata::get::<PoolHandle>(st, 1).ok_or_else(|| {
-        Error::BadArgument(format!(
-            "bad argument #1 to 'close': expected a pool, got {} (call it as pool:close(), with a colon)",
-            st.type_name(1)
-        ))
-    })?;
-    let timeout = close_timeout(st)?;
-    // a pool already finalized (seen again through resurrection) is closed: nothing to do
-    if let Some(h) = boxed.get() {
+    let closed = userdata::with_mut(st, 1, |h: &mut PoolHandle| -> Result<(), Error> {
+        let timeout = close_timeout(st)?;
         h.closed = true;
         h.last_chunk = None;
         h.cache.clear();
         h.pool.close_within(timeout);
+        Ok(())
+    });
+    match closed {
+        Ok(r) => r.map(|()| 0),
+        // a pool already finalized (seen again through resurrection) is closed: nothing to do
+        Err(Access::Finalized) => close_timeout(st).map(|_| 0),
+        Err(a) => Err(a.error::<PoolHandle>(|| {
+            Error::BadArgument(format!(
+                "bad argument #1 to 'close': expected a pool, got {} (call it as pool:close(), with a colon)",
+                st.type_name(1)
+            ))
+        })),
     }
-    Ok(0)
 }
 
 /// `pool:close{ timeout = s }`: `None` (wait for every running call) without a table, without
@@ -349,20 +354,21 @@ fn close_scope_impl(st: State) -> Result<c_int, Error> {
 // still busy after `pool::STOP_GRACE` are left to end on their own.
 crate::lua_function!(pub fn gc => gc_impl);
 fn gc_impl(st: State) -> Result<c_int, Error> {
-    if let Some(h) = userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
-        h.pool.close_within(Some(std::time::Duration::ZERO));
-    }
+    // (held by a method running below: the state is closing under it, which drops it after)
+    let _ = userdata::with(st, 1, |h: &PoolHandle| {
+        h.pool.close_within(Some(std::time::Duration::ZERO))
+    });
     userdata::finalize::<PoolHandle>(st, 1);
     Ok(0)
 }
 
 crate::lua_function!(pub fn tostring => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
-    let text = match userdata::get::<PoolHandle>(st, 1).and_then(|b| b.get()) {
-        Some(h) if !h.closed && h.pool.check_process().is_err() => {
+    let text = userdata::with(st, 1, |h: &PoolHandle| match h {
+        h if !h.closed && h.pool.check_process().is_err() => {
             "vmpool.pool (created in another process)".to_string()
         }
-        Some(h) if !h.closed => {
+        h if !h.closed => {
             let s = h.pool.stats();
             format!(
                 "vmpool.pool (core={}, noncore={}, busy={}, waiting={})",
@@ -370,6 +376,11 @@ fn tostring_impl(st: State) -> Result<c_int, Error> {
             )
         }
         _ => "vmpool.pool (closed)".to_string(),
+    });
+    let text = match text {
+        Ok(text) => text,
+        Err(Access::InUse) => "vmpool.pool (in use)".to_string(),
+        Err(_) => "vmpool.pool (closed)".to_string(),
     };
     push_str(st, &text, || "converting a pool to a string".into())?;
     Ok(1)

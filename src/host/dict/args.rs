@@ -31,10 +31,8 @@ pub(super) fn this<'a>(st: State) -> Result<&'a Named, Error> {
     }
     st.set_top(ARGS);
     st.raw_geti(1, 1);
-    let handle = userdata::get::<SharedHandle>(st, ARGS + 1)
-        .and_then(|b| b.get())
-        .ok_or_else(|| Error::AsNgx(r#"bad "zone" argument"#.into()))?;
-    let p: *const Named = Arc::as_ptr(&handle.named);
+    let p: *const Named = userdata::with(st, ARGS + 1, |h: &SharedHandle| Arc::as_ptr(&h.named))
+        .map_err(|_| Error::AsNgx(r#"bad "zone" argument"#.into()))?;
     // SAFETY: `p` points into the `Arc` held by the userdata at stack slot ARGS + 1 of the running
     // C function, which stays there until the function returns (the methods only push above it);
     // only `__gc` (which cannot run on a value that is on the stack) drops the `Arc`; so the

@@ -53,6 +53,8 @@ impl SharedHandle {
 
 impl Tagged for SharedHandle {
     const TAG: u64 = 0x766d_706f_6f6c_0005;
+    const NAME: &'static str = "shared dictionary";
+    const SHARED: bool = true;
 }
 
 /// The registry field that holds the metatable of dictionary handles (the tables) in each state.
@@ -179,10 +181,8 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
             1
         },
     )?;
-    if let Some(cached) = handle_of(st, -1) {
-        if Arc::ptr_eq(&cached.named, &named) {
-            return Ok(1);
-        }
+    if with_handle(st, -1, |cached| Arc::ptr_eq(&cached.named, &named)) == Some(true) {
+        return Ok(1);
     }
     st.pop(1);
     // the runner of protected calls goes in as an argument: the methods close over it
@@ -236,18 +236,16 @@ fn shared_impl(st: State) -> Result<c_int, Error> {
     Ok(1)
 }
 
-/// The dictionary of the handle table at `idx`, if it is one (its slot 1 holds a live handle
-/// userdata).
-fn handle_of<'a>(st: State, idx: c_int) -> Option<&'a SharedHandle> {
+/// `f` of the dictionary of the handle table at `idx`, if it is one (its slot 1 holds a live
+/// handle userdata).
+fn with_handle<R>(st: State, idx: c_int, f: impl FnOnce(&SharedHandle) -> R) -> Option<R> {
     if st.type_of(idx) != TTABLE || !st.check_stack(1) {
         return None;
     }
     st.raw_geti(idx, 1);
-    // the reference outlives the pop: the table still holds the userdata, and the callers run no
-    // Lua code that could change its slot 1 while they use it
-    let handle = userdata::get::<SharedHandle>(st, -1).and_then(|b| b.get());
+    let r = userdata::with(st, -1, f).ok();
     st.pop(1);
-    handle.map(|h| &*h)
+    r
 }
 
 /// The registry field of each state's table of dictionary handles, name -> handle.
@@ -318,19 +316,22 @@ crate::lua_function!(fn GC => crate::host::finalize::<SharedHandle>);
 
 crate::lua_function!(fn TOSTRING => tostring_impl);
 fn tostring_impl(st: State) -> Result<c_int, Error> {
-    let text = match handle_of(st, 1) {
-        Some(h) if h.named.check_process().is_err() => format!(
-            "vmpool.shared '{}' (created in another process)",
-            h.named.name
-        ),
-        Some(h) => format!(
-            "vmpool.shared '{}' (capacity {}, free {})",
-            h.named.name,
-            h.named.dict.capacity(),
-            h.named.dict.free_space()
-        ),
-        None => "vmpool.shared (finalized)".to_string(),
-    };
+    let text = with_handle(st, 1, |h| {
+        if h.named.check_process().is_err() {
+            format!(
+                "vmpool.shared '{}' (created in another process)",
+                h.named.name
+            )
+        } else {
+            format!(
+                "vmpool.shared '{}' (capacity {}, free {})",
+                h.named.name,
+                h.named.dict.capacity(),
+                h.named.dict.free_space()
+            )
+        }
+    })
+    .unwrap_or_else(|| "vmpool.shared (finalized)".to_string());
     answer(st, "__tostring", &mut |st| {
         st.push_str(&text);
         1
