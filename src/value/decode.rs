@@ -440,10 +440,9 @@ pub fn push_message(
 /// Pushes a message of at most `max` values that are all nil, booleans, numbers or light
 /// userdata, and returns how many; pushes nothing and returns `None` for any other message
 /// (strings, tables, more values, or bytes that do not parse). Pushing such values allocates
-/// nothing, so it cannot raise: the host pushes them without a protected call, which cost a
-/// fifth of the host's instructions per future (bench/results/2026-12-01-futures-host-path.md).
-/// The caller must have `max` free stack slots without asking Lua for them (asking may grow the
-/// stack, which allocates).
+/// nothing, so it cannot raise: the host pushes them without a protected call (one cost a fifth
+/// of the host's instructions per future). The caller must have `max` free stack slots without
+/// asking Lua for them (asking may grow the stack, which allocates).
 pub fn push_scalars(st: State, buf: &[u8], max: usize) -> Option<c_int> {
     // the whole message through the decoder first: one that does not qualify leaves the stack as
     // it was
