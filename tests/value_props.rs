@@ -444,3 +444,41 @@ fn functions_load_only_from_the_prototypes_beside_their_message() {
         }
     }
 }
+
+#[test]
+fn table_keys_lua_cannot_store_are_refused_before_anything_is_pushed() {
+    let h = host();
+    let st = h.st;
+    // one value: a table with no array part and one pair, `key = true`
+    let message = |key: &[u8]| {
+        let mut buf = vec![1, 0, 0, 0, 6, 0, 0, 0, 0, 1, 0, 0, 0];
+        buf.extend_from_slice(key);
+        buf.push(2);
+        buf
+    };
+    let float = |f: f64| [&[4u8][..], &f.to_bits().to_le_bytes()].concat();
+    let cases: [(&str, Vec<u8>, &str); 4] = [
+        ("nil", message(&[0]), "nil or NaN table key"),
+        ("NaN", message(&float(f64::NAN)), "nil or NaN table key"),
+        ("-NaN", message(&float(-f64::NAN)), "nil or NaN table key"),
+        (
+            "a float cut short",
+            message(&float(1.5))[..13 + 5].to_vec(),
+            "message ends early",
+        ),
+    ];
+    for (what, buf, expected) in cases {
+        let top = st.top();
+        let err = push_values(st, &buf).expect_err(what);
+        assert_eq!(err.0, expected, "{what}");
+        assert_eq!(st.top(), top, "{what}: the stack is as it was");
+        let rust = decode_values(&buf, &mut RustSink::default()).expect_err(what);
+        assert_eq!(rust.0, expected, "{what}: the Rust sink agrees");
+    }
+    // the keys Lua can store arrive: a float with a fraction, -0.0 (stored as 0), a string
+    for key in [float(1.5), float(-0.0), vec![5, 1, 0, 0, 0, b'k']] {
+        let top = st.top();
+        assert_eq!(push_values(st, &message(&key)), Ok(1));
+        st.set_top(top);
+    }
+}

@@ -41,17 +41,53 @@ pub fn decode_with<S: Sink>(
 }
 
 fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result<(), Corrupt> {
-    match r.u8()? {
-        TAG_NIL => sink.nil(),
-        TAG_FALSE => sink.boolean(false),
-        TAG_TRUE => sink.boolean(true),
-        TAG_INT => sink.integer(i64::from_le_bytes(r.array()?)),
-        TAG_FLOAT => sink.float(f64::from_bits(u64::from_le_bytes(r.array()?))),
+    let tag = r.u8()?;
+    tagged(r, sink, depth, tag)
+}
+
+/// Decodes the value whose tag was just read: scalars here (inlined into the table loop, so a
+/// field of a plain table costs no call of its own), the rest in [`nested`].
+#[inline(always)]
+fn tagged<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> Result<(), Corrupt> {
+    match tag {
         TAG_STR => {
             let len = r.u32()? as usize;
             let s = r.bytes(len)?;
             sink.string(s)
         }
+        TAG_INT => sink.integer(i64::from_le_bytes(r.array()?)),
+        TAG_FLOAT => sink.float(f64::from_bits(u64::from_le_bytes(r.array()?))),
+        TAG_TRUE => sink.boolean(true),
+        TAG_FALSE => sink.boolean(false),
+        TAG_NIL => sink.nil(),
+        _ => nested(r, sink, depth, tag),
+    }
+}
+
+/// A table key: as [`tagged`], but nil and NaN (which Lua cannot store as keys) are refused before
+/// anything is pushed, so sinks need not inspect what they pushed.
+#[inline(always)]
+fn key<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result<(), Corrupt> {
+    match r.u8()? {
+        TAG_NIL => Err(BAD_KEY),
+        TAG_FLOAT => {
+            let f = f64::from_bits(u64::from_le_bytes(r.array()?));
+            if f.is_nan() {
+                Err(BAD_KEY)
+            } else {
+                sink.float(f)
+            }
+        }
+        tag => tagged(r, sink, depth, tag),
+    }
+}
+
+const BAD_KEY: Corrupt = Corrupt("nil or NaN table key");
+
+/// Tables, functions, references, light userdata and unknown tags.
+#[inline(never)]
+fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> Result<(), Corrupt> {
+    match tag {
         TAG_LIGHT => sink.light_userdata(u64::from_le_bytes(r.array()?)),
         TAG_REF => {
             let offset = r.u32()?;
@@ -81,13 +117,14 @@ fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result
                 r.shared.push(offset);
             }
             for i in 1..=narr {
-                decode_one(r, sink, depth + 1)?;
+                let tag = r.u8()?;
+                tagged(r, sink, depth + 1, tag)?;
                 sink.set_index(i)?;
             }
             for _ in 0..nhash {
-                check_key(r)?;
-                decode_one(r, sink, depth + 1)?;
-                decode_one(r, sink, depth + 1)?;
+                key(r, sink, depth + 1)?;
+                let tag = r.u8()?;
+                tagged(r, sink, depth + 1, tag)?;
                 sink.set_pair()?;
             }
             Ok(())
@@ -146,26 +183,7 @@ fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result
     }
 }
 
-/// Refuses a table key Lua cannot store (nil, NaN) before it is decoded, so sinks need not
-/// inspect what they pushed.
-fn check_key(r: &Reader<'_>) -> Result<(), Corrupt> {
-    match r.buf.get(r.pos) {
-        Some(&TAG_NIL) => Err(Corrupt("nil or NaN table key")),
-        Some(&TAG_FLOAT) => {
-            let bits = r
-                .buf
-                .get(r.pos + 1..r.pos + 9)
-                .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                .ok_or(Corrupt("message ends early"))?;
-            if f64::from_bits(u64::from_le_bytes(bits)).is_nan() {
-                Err(Corrupt("nil or NaN table key"))
-            } else {
-                Ok(())
-            }
-        }
-        _ => Ok(()),
-    }
-}
+const ENDS_EARLY: Corrupt = Corrupt("message ends early");
 
 struct Reader<'a> {
     buf: &'a [u8],
@@ -190,32 +208,35 @@ impl<'a> Reader<'a> {
         self.buf.len().saturating_sub(self.pos)
     }
 
+    #[inline(always)]
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
-        let end = self.pos.checked_add(n).ok_or(Corrupt("length overflow"))?;
-        let s = self
-            .buf
-            .get(self.pos..end)
-            .ok_or(Corrupt("message ends early"))?;
-        self.pos = end;
+        if n > self.left() {
+            return Err(ENDS_EARLY);
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
         Ok(s)
     }
 
+    #[inline(always)]
     fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
-        let s = self.bytes(N)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(s);
+        let a = *self
+            .buf
+            .get(self.pos..)
+            .and_then(|s| s.first_chunk::<N>())
+            .ok_or(ENDS_EARLY)?;
+        self.pos += N;
         Ok(a)
     }
 
+    #[inline(always)]
     fn u8(&mut self) -> Result<u8, Corrupt> {
-        let b = *self
-            .buf
-            .get(self.pos)
-            .ok_or(Corrupt("message ends early"))?;
+        let b = *self.buf.get(self.pos).ok_or(ENDS_EARLY)?;
         self.pos += 1;
         Ok(b)
     }
 
+    #[inline(always)]
     fn u32(&mut self) -> Result<u32, Corrupt> {
         Ok(u32::from_le_bytes(self.array()?))
     }
@@ -313,7 +334,7 @@ impl Sink for LuaSink<'_> {
         self.st.raw_seti(-2, i as i64);
         Ok(())
     }
-    /// The decoder has refused nil and NaN keys (`check_key`).
+    /// The decoder has refused nil and NaN keys (`key`).
     fn set_pair(&mut self) -> Result<(), Corrupt> {
         self.st.raw_set(-3);
         Ok(())
@@ -419,10 +440,9 @@ pub fn push_message(
 /// Pushes a message of at most `max` values that are all nil, booleans, numbers or light
 /// userdata, and returns how many; pushes nothing and returns `None` for any other message
 /// (strings, tables, more values, or bytes that do not parse). Pushing such values allocates
-/// nothing, so it cannot raise: the host pushes them without a protected call, which cost a
-/// fifth of the host's instructions per future (bench/results/2026-12-01-futures-host-path.md).
-/// The caller must have `max` free stack slots without asking Lua for them (asking may grow the
-/// stack, which allocates).
+/// nothing, so it cannot raise: the host pushes them without a protected call (one cost a fifth
+/// of the host's instructions per future). The caller must have `max` free stack slots without
+/// asking Lua for them (asking may grow the stack, which allocates).
 pub fn push_scalars(st: State, buf: &[u8], max: usize) -> Option<c_int> {
     // the whole message through the decoder first: one that does not qualify leaves the stack as
     // it was

@@ -332,13 +332,15 @@ struct Writer<'o> {
 
 impl Writer<'_> {
     fn value(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
-        match st.type_of(idx) {
-            TNIL => self.out.push(TAG_NIL),
-            TBOOLEAN => self.out.push(if st.to_boolean(idx) {
-                TAG_TRUE
-            } else {
-                TAG_FALSE
-            }),
+        self.typed(st, idx, st.type_of(idx), depth)
+    }
+
+    /// Encodes the value at `idx`, of Lua type `ty`: scalars here (inlined into the table loops,
+    /// so a field of a plain table costs no call of its own), the rest in [`Writer::nested`].
+    #[inline(always)]
+    fn typed(&mut self, st: State, idx: c_int, ty: c_int, depth: usize) -> Result<(), Refused> {
+        match ty {
+            TSTRING => self.string(st.string_bytes(idx)),
             TNUMBER => {
                 let (tag, bits) = match st.to_integer_exact(idx) {
                     Some(i) => (TAG_INT, i as u64),
@@ -347,36 +349,63 @@ impl Writer<'_> {
                 let b = bits.to_le_bytes();
                 self.out
                     .extend_from_slice(&[tag, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
+                Ok(())
             }
-            TSTRING => {
-                let s = st.string_bytes(idx);
-                let len =
-                    u32::try_from(s.len()).map_err(|_| refuse("a string longer than 4 GiB"))?;
-                let l = len.to_le_bytes();
-                // fallible: a big string must be an error, not an abort, when memory runs out
-                self.out.try_reserve(5 + s.len()).map_err(|_| {
-                    refuse(&format!(
-                        "a string of {} bytes (not enough memory to copy it)",
-                        s.len()
-                    ))
-                })?;
-                self.out
-                    .extend_from_slice(&[TAG_STR, l[0], l[1], l[2], l[3]]);
-                self.out.extend_from_slice(s);
+            TBOOLEAN => {
+                self.out.push(if st.to_boolean(idx) {
+                    TAG_TRUE
+                } else {
+                    TAG_FALSE
+                });
+                Ok(())
             }
-            TTABLE => self.table(st, idx, depth)?,
-            crate::lua::TFUNCTION => self.function(st, idx, depth)?,
+            TNIL => {
+                self.out.push(TAG_NIL);
+                Ok(())
+            }
+            _ => self.nested(st, idx, ty, depth),
+        }
+    }
+
+    #[inline(always)]
+    fn string(&mut self, s: &[u8]) -> Result<(), Refused> {
+        let len = u32::try_from(s.len()).map_err(|_| refuse("a string longer than 4 GiB"))?;
+        if self.out.capacity() - self.out.len() < 5 + s.len() {
+            self.grow_for_string(s.len())?;
+        }
+        let l = len.to_le_bytes();
+        self.out
+            .extend_from_slice(&[TAG_STR, l[0], l[1], l[2], l[3]]);
+        self.out.extend_from_slice(s);
+        Ok(())
+    }
+
+    /// Fallible: a big string must be an error, not an abort, when memory runs out.
+    #[cold]
+    #[inline(never)]
+    fn grow_for_string(&mut self, len: usize) -> Result<(), Refused> {
+        self.out.try_reserve(5 + len).map_err(|_| {
+            refuse(&format!(
+                "a string of {len} bytes (not enough memory to copy it)"
+            ))
+        })
+    }
+
+    /// Tables, functions, light userdata, and the refusal of every other type.
+    #[inline(never)]
+    fn nested(&mut self, st: State, idx: c_int, ty: c_int, depth: usize) -> Result<(), Refused> {
+        match ty {
+            TTABLE => self.table(st, idx, depth),
+            crate::lua::TFUNCTION => self.function(st, idx, depth),
             TLIGHTUSERDATA => {
                 let b = (st.to_userdata(idx) as usize as u64).to_le_bytes();
                 self.out.extend_from_slice(&[
                     TAG_LIGHT, b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
                 ]);
+                Ok(())
             }
-            other => {
-                return Err(refuse(&format!("a {} value", crate::lua::type_name(other))));
-            }
+            other => Err(refuse(&format!("a {} value", crate::lua::type_name(other)))),
         }
-        Ok(())
     }
 
     /// Encodes the table at `idx`; on error the stack is back as it was.
@@ -504,8 +533,8 @@ impl Writer<'_> {
         self.out.extend_from_slice(&0u32.to_le_bytes());
 
         for i in 1..=n as i64 {
-            st.raw_geti(idx, i);
-            let r = self.value(st, -1, depth + 1);
+            let ty = st.raw_geti(idx, i);
+            let r = self.typed(st, -1, ty, depth + 1);
             st.pop(1);
             r.map_err(|e| e.within(format!("[{i}]")))?;
         }
@@ -516,13 +545,14 @@ impl Writer<'_> {
         let key = st.top() + 1;
         st.push_nil();
         while st.next(idx) {
-            if is_array_key(st, key, n) {
+            let kt = st.type_of(key);
+            if n != 0 && is_array_key(st, key, kt, n) {
                 st.pop(1);
                 continue;
             }
-            self.value(st, key, depth + 1)
+            self.typed(st, key, kt, depth + 1)
                 .map_err(|e| e.within(format!("{} (a key)", key_label(st, key))))?;
-            self.value(st, key + 1, depth + 1)
+            self.typed(st, key + 1, st.type_of(key + 1), depth + 1)
                 .map_err(|e| e.within(key_label(st, key)))?;
             st.pop(1);
             nhash = nhash
@@ -552,8 +582,8 @@ impl Refusal {
 }
 
 /// True if the key at `idx` is an integer in `1..=n` (already sent as part of the array).
-fn is_array_key(st: State, idx: c_int, n: usize) -> bool {
-    if n == 0 || st.type_of(idx) != TNUMBER {
+fn is_array_key(st: State, idx: c_int, ty: c_int, n: usize) -> bool {
+    if ty != TNUMBER {
         return false;
     }
     if let Some(i) = st.to_integer_exact(idx) {
