@@ -1,7 +1,7 @@
 //! A thin, version-neutral layer over the raw Lua C API (`mlua::ffi`).
 //!
-//! Past 600 lines because it is a list of small wrappers, one per C API function vmpool uses, each
-//! with its safety argument; it has no logic of its own beyond `protect` and `run_protected`.
+//! One small wrapper per C API function vmpool uses, each with its safety argument; no logic of
+//! its own beyond `protect` and `run_protected`.
 //!
 //! Why raw: the host entry points (`invoke`, `submit`, a future's `wait`) and a child's call loop are
 //! the hot path, and mlua's generic `Value`/`UserData` machinery costs several thousand instructions
