@@ -22,8 +22,10 @@ use std::ffi::{c_char, c_int, c_void};
 use mlua::ffi;
 
 pub mod errors;
+pub mod protect;
 
 pub use ffi::lua_State;
+pub use protect::{run_protected, PROTECTED_RUNNER, RUNNER_UPVALUE};
 
 /// Lua type tags, the same numbers on every supported runtime.
 pub const TNIL: c_int = ffi::LUA_TNIL;
@@ -442,84 +444,6 @@ impl State {
         unsafe { ffi::lua_pcall(self.0, nargs, nresults, msgh) }
     }
 
-    /// Runs `f` inside a protected call, so that a Lua error it raises (running out of memory, or
-    /// a `__gc` finalizer that raises while `f` allocates) becomes an `Err` instead of jumping over
-    /// the Rust frames of the caller. This is how host code does everything that may raise: with
-    /// no lock held and no Rust value with a destructor alive in `f` (Lua jumps out of `f` when it
-    /// raises, skipping its frames).
-    ///
-    /// The top `nargs` values are moved into the protected call, where `f` sees them as slots
-    /// `1..=nargs` of its own frame; whatever `f` returns a count of stays on the stack.
-    /// `runner` is the stack index (usually an upvalue) of [`PROTECTED_RUNNER`]: pushing a copy
-    /// of an existing function cannot allocate, while creating a C closure can on Lua 5.1 and
-    /// LuaJIT. Needs two free stack slots (a C function starts with `LUA_MINSTACK` = 20).
-    ///
-    /// Returns the number of values `f` left, or the Lua status code with the error value on top.
-    pub fn protect(
-        self,
-        runner: c_int,
-        nargs: c_int,
-        f: &mut dyn FnMut(State) -> c_int,
-    ) -> Result<c_int, c_int> {
-        let base = self.top() - nargs;
-        self.push_value(runner);
-        self.insert(base + 1);
-        let mut f: &mut dyn FnMut(State) -> c_int = f;
-        self.push_light_userdata(&mut f as *mut &mut dyn FnMut(State) -> c_int as *mut c_void);
-        self.insert(base + 2);
-        match self.pcall(nargs + 1, ffi::LUA_MULTRET, 0) {
-            0 => Ok(self.top() - base),
-            rc => Err(rc),
-        }
-    }
-
-    /// Like [`State::protect`] (no arguments, one result left on top) for a C function that has no
-    /// runner to copy (`luaopen_vmpool`): Lua 5.4 pushes the runner as a light C function, which
-    /// allocates nothing; Lua 5.1 and LuaJIT create it inside `lua_cpcall`, which discards
-    /// results, so the result travels through the registry under a key of our own.
-    pub fn protect_detached(self, f: &mut dyn FnMut(State) -> c_int) -> Result<(), c_int> {
-        #[cfg(any(feature = "lua51", feature = "luajit"))]
-        {
-            static KEY: u8 = 0;
-            let key = &KEY as *const u8 as *mut c_void;
-            let mut keep = |st: State| {
-                if f(st) >= 1 {
-                    st.push_light_userdata(key);
-                    st.push_value(-2);
-                    st.raw_set(ffi::LUA_REGISTRYINDEX);
-                }
-                0
-            };
-            let mut keep: &mut dyn FnMut(State) -> c_int = &mut keep;
-            // SAFETY: as for `push_nil`; `lua_cpcall` calls the runner with our closure's address
-            // as its light userdata argument, alive on this frame for the whole call.
-            let rc = unsafe {
-                ffi::lua_cpcall(
-                    self.0,
-                    PROTECTED_RUNNER,
-                    &mut keep as *mut &mut dyn FnMut(State) -> c_int as *mut c_void,
-                )
-            };
-            if rc != 0 {
-                return Err(rc);
-            }
-            self.push_light_userdata(key);
-            self.raw_get(ffi::LUA_REGISTRYINDEX);
-            self.push_light_userdata(key);
-            self.push_nil();
-            self.raw_set(ffi::LUA_REGISTRYINDEX); // removing a key allocates nothing
-            Ok(())
-        }
-        #[cfg(not(any(feature = "lua51", feature = "luajit")))]
-        {
-            self.push_cclosure(PROTECTED_RUNNER, 0);
-            let runner = self.top();
-            let r = self.protect(runner, 0, f).map(|_| ());
-            self.remove(runner);
-            r
-        }
-    }
-
     /// Compiles `source` as a text chunk named `chunkname` and pushes the function, or the error
     /// message. Binary chunks are refused: only the pool produces bytecode.
     pub fn load_text(self, source: &[u8], chunkname: &str) -> c_int {
@@ -659,28 +583,6 @@ pub fn type_name(t: c_int) -> &'static str {
     }
 }
 
-/// The upvalue slot where every host closure keeps [`PROTECTED_RUNNER`] (the module's closures
-/// are built over the same upvalues: see `host::userdata`).
-pub const RUNNER_UPVALUE: c_int = ffi::lua_upvalueindex(5);
-
-/// The C function [`State::protect`] calls under `lua_pcall`: it runs the Rust closure whose
-/// address is its first argument on the remaining arguments.
-pub const PROTECTED_RUNNER: ffi::lua_CFunction = c_function(protected_runner);
-unsafe extern "C-unwind" fn protected_runner(l: *mut lua_State) -> isize {
-    // SAFETY: Lua calls this with its own live state, on the thread of the `protect` call that
-    // pushed it.
-    let st = unsafe { State::from_raw(l) };
-    let p = st.to_userdata(1) as *mut &mut dyn FnMut(State) -> c_int;
-    if p.is_null() {
-        return 0;
-    }
-    st.remove(1);
-    // SAFETY: `protect` passed the address of a closure reference that lives on its frame for
-    // the whole protected call; only `protect` pushes this function with such an argument.
-    let f = unsafe { &mut *p };
-    f(st) as isize
-}
-
 /// A Lua C function that returns its result count in the whole of its return register.
 ///
 /// LuaJIT's x64 interpreter uses the full 64-bit register after calling a C function, while the
@@ -737,33 +639,6 @@ macro_rules! lua_function {
             $crate::lua::c_function(wide)
         };
     };
-}
-
-/// The body of every host-facing C function: run `f`, turn a Rust panic into an error, and raise
-/// errors as plain strings (mlua's userdata errors would force users to `tostring` them).
-///
-/// `f` must not raise Lua errors itself: on LuaJIT they are foreign exceptions, and
-/// `catch_unwind` aborts the process when one reaches it. Whatever may raise runs through
-/// [`State::protect`] (`host::protect::protected`).
-pub fn run_protected(state: State, f: fn(State) -> Result<c_int, crate::Error>) -> c_int {
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(state)));
-    let msg = match outcome {
-        Ok(Ok(n)) => return n,
-        Ok(Err(e)) => e.to_string(),
-        Err(panic) => {
-            let what = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "unknown panic".into());
-            format!("vmpool: internal error (please report it): {what}")
-        }
-    };
-    // Pushing the message allocates, which can fail or run finalizers that raise: see push_error.
-    errors::push_error(state, &msg);
-    drop(msg);
-    // SAFETY: every Rust value of this frame has been dropped; the caller frame is Lua's.
-    unsafe { state.error() }
 }
 
 /// The `lua_Writer` of every dump: appends each block to the `Vec<u8>` that `ud` points to.

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::call::{Call, Waited};
 use crate::chunk::Chunk;
-use crate::host::protect::{decode_protected, protected};
 use crate::host::userdata;
+use crate::lua::protect::{decode_protected, protected};
 use crate::lua::{HookMark, State};
 use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
@@ -350,11 +350,11 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
         value::push_message(st, buf, &protos, None, false)
     })? {
         Ok(n) => Ok(n),
-        Err(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
+        Err(value::Corrupt(what)) if value::is_refusal(what) => Err(Error::Unsupported(format!(
             "cannot pass the results of {}: {what}",
             call_name(call)
         ))),
-        Err(what) => Err(Error::Internal(format!("cannot decode results: {what}"))),
+        Err(value::Corrupt(what)) => Err(Error::Internal(format!("cannot decode results: {what}"))),
     }
 }
 

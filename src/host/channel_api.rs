@@ -22,8 +22,8 @@ use crate::channel::watch::Watch;
 use crate::channel::{self, select, Channel, Fail, Side};
 use crate::host::call_io::HostWait;
 use crate::host::notifier_api::notifier_arg;
-use crate::host::protect::decode_protected;
 use crate::host::userdata::{self, Frame, Held};
+use crate::lua::protect::decode_protected;
 use crate::lua::{State, TNIL, TNUMBER, TSTRING, TTABLE};
 use crate::notify::SubscriberId;
 use crate::value::{self, Role};
@@ -142,7 +142,7 @@ fn push_message(st: State, buf: &[u8], what: &str) -> Result<c_int, Error> {
     }
     let doing = || format!("receiving a message from {what}");
     decode_protected(st, 0, doing, |st| value::push_values(st, buf))?
-        .map_err(|c| Error::Internal(format!("cannot decode a channel message: {c}")))
+        .map_err(|c| Error::Internal(format!("cannot decode a channel message: {}", c.0)))
 }
 
 fn push_fail(st: State, f: Fail) -> c_int {

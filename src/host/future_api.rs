@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use crate::call::{Call, Waited, RUNNING};
 use crate::host::call_io::{push_outcome, HostWait};
-use crate::host::protect::push_str;
 use crate::host::userdata::{self, Access, Frame};
+use crate::lua::protect::push_str;
 use crate::lua::{State, TNIL, TNONE, TNUMBER};
 use crate::notify::{PollSignal, Subscriber, SubscriberId};
 use crate::pool::Pool;

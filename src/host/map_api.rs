@@ -15,8 +15,8 @@ use crate::call::Waited;
 use crate::host::call_io::{bad_arg, HostWait, PoolHandle};
 use crate::host::map_run::{MapOptions, MapRun};
 use crate::host::notifier_api::NotifierHandle;
-use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, Frame, Held, UV_MAP};
+use crate::lua::protect::{protected, push_str};
 use crate::lua::{State, TBOOLEAN, TNIL, TNONE, TNUMBER, TSTRING, TTABLE};
 use crate::Error;
 

@@ -21,8 +21,8 @@ use std::sync::Arc;
 use crate::call::{Call, Job, ASSIGNED, RUNNING};
 use crate::chunk::Chunk;
 use crate::host::call_io::{self, PoolHandle};
-use crate::host::protect::{decode_protected, protected};
 use crate::host::userdata;
+use crate::lua::protect::{decode_protected, protected};
 use crate::lua::{State, TTABLE};
 use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
@@ -552,11 +552,13 @@ impl MapRun {
         })?;
         match stored {
             Ok(_) => Ok(()),
-            Err(what) if value::is_refusal(what) => Err(Error::Unsupported(format!(
-                "cannot pass the results of a map over {}: {what}",
-                String::from_utf8_lossy(&self.func)
-            ))),
-            Err(what) => Err(Error::Internal(format!(
+            Err(value::Corrupt(what)) if value::is_refusal(what) => {
+                Err(Error::Unsupported(format!(
+                    "cannot pass the results of a map over {}: {what}",
+                    String::from_utf8_lossy(&self.func)
+                )))
+            }
+            Err(value::Corrupt(what)) => Err(Error::Internal(format!(
                 "cannot decode map results: {what}"
             ))),
         }

@@ -4,7 +4,7 @@
 
 use std::ffi::c_int;
 
-use crate::host::protect::push_str;
+use crate::lua::protect::push_str;
 use crate::lua::{State, TNIL, TNONE, TNUMBER, TSTRING, TTABLE};
 use crate::metrics::{self, Exposition, Value, ADAPTER_KEYS};
 use crate::Error;

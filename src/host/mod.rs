@@ -19,7 +19,6 @@ pub mod ngx_state_api;
 pub mod notifier_api;
 pub mod options;
 pub mod pool_api;
-pub mod protect;
 pub mod userdata;
 pub mod waits;
 pub mod yieldable;
@@ -193,7 +192,8 @@ pub fn open(st: State) -> Result<c_int, Error> {
     match built {
         Ok(()) => Ok(1),
         Err(rc) => {
-            let message = (rc != mlua::ffi::LUA_ERRMEM).then(|| protect::describe_error(st, -1));
+            let message =
+                (rc != mlua::ffi::LUA_ERRMEM).then(|| crate::lua::errors::describe_error(st, -1));
             st.pop(1);
             Err(Error::Host {
                 doing: "opening the module".into(),
@@ -219,7 +219,7 @@ pub fn open_adapter(st: State, module: &str) -> Result<c_int, Error> {
     }
     st.push_str(module);
     if st.pcall(1, 1, 0) != 0 {
-        let message = protect::describe_error(st, -1);
+        let message = crate::lua::errors::describe_error(st, -1);
         st.pop(1);
         return Err(Error::Load {
             module: module.into(),

@@ -40,9 +40,9 @@ use std::time::Duration;
 
 use crate::host::call_io::{push_outcome, PoolHandle};
 use crate::host::future_api;
-use crate::host::protect::{protected, push_str};
 use crate::host::userdata::{self, Frame, Held, UV_NOTIFIER};
 use crate::host::waits::{Waits, FLUSH_EVERY};
+use crate::lua::protect::{protected, push_str};
 use crate::lua::{State, TNUMBER, TTABLE};
 use crate::notify::{Doorbell, DoorbellListener, SubscriberId};
 use crate::Error;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::config::{Config, Sched};
 use crate::error::lua_number;
-use crate::host::protect::protected;
+use crate::lua::protect::protected;
 use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
 use crate::Error;
 

@@ -97,7 +97,7 @@ pub fn push<T: Tagged>(st: State, value: T, mt: c_int) -> Result<(), crate::Erro
     let mut block: *mut Boxed<T> = std::ptr::null_mut();
     // the metatable goes in as an argument: upvalue indices mean nothing inside the protected call
     st.push_value(mt);
-    crate::host::protect::protected(st, 1, || "creating a vmpool object".into(), &mut |st| {
+    crate::lua::protect::protected(st, 1, || "creating a vmpool object".into(), &mut |st| {
         let p = st.new_userdata(std::mem::size_of::<Boxed<T>>()) as *mut Boxed<T>;
         // SAFETY: Lua returned a fresh block of the requested size with at least `MAX_ALIGN`
         // alignment (checked above for `T`). Marked dead until the value is written, so a

@@ -1,7 +1,7 @@
 //! Lua errors as vmpool shows and raises them: an error value described the way the standalone
 //! interpreter shows it, and pushing the message a host function is about to raise, which can
 //! itself fail (see [`push_error`]). Part of [`crate::lua`] so that `run_protected` can use it;
-//! `host::protect` builds on it.
+//! `lua::protect` builds on it.
 
 use mlua::ffi;
 

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use mlua::ffi;
 
 use super::{ensure_stack, SharedHandle};
-use crate::host::protect::{protected, push_str};
 use crate::host::userdata;
+use crate::lua::protect::{protected, push_str};
 use crate::lua::{State, TBOOLEAN, TNIL, TNUMBER, TSTRING, TTABLE};
 use crate::shared::dict::{self, Number, Scalar};
 use crate::shared::{self as registry, Named, Options};

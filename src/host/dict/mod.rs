@@ -24,8 +24,8 @@ use std::sync::Arc;
 
 use mlua::ffi;
 
-use crate::host::protect::protected;
 use crate::host::userdata::{self, Tagged};
+use crate::lua::protect::protected;
 use crate::lua::{State, TNUMBER, TSTRING, TTABLE};
 use crate::shared::dict::{self, Found, Item, Kind, Mode, Number, Refused, Written};
 use crate::shared::{self as registry, Named};
@@ -108,7 +108,7 @@ fn push_number(st: State, n: Number) {
 
 /// Pushes what `f` pushes (its return value: how many), in a protected call: pushing a string or
 /// building a table allocates, which can fail or run `__gc` finalizers that raise, and a Lua error
-/// must not unwind through this module's Rust frames (see `host::protect`). Pushing nil, booleans
+/// must not unwind through this module's Rust frames (see `lua::protect`). Pushing nil, booleans
 /// and numbers cannot raise (the stack space is checked first) and goes without.
 fn answer(st: State, method: &str, f: &mut dyn FnMut(State) -> c_int) -> Result<c_int, Error> {
     protected(st, 0, || format!("answering dict:{method}()"), f)
