@@ -117,6 +117,10 @@ pub mod testing {
     pub mod config {
         pub use crate::config::*;
     }
+    pub mod limits {
+        pub use crate::child::watchdog::mechanism;
+        pub use crate::child::LIMIT_SIGNAL as signal;
+    }
     pub mod lua {
         pub use crate::lua::*;
     }

@@ -37,7 +37,9 @@ use limits::{limit_hook, Limits, Trip, HOOK_COUNT, LIMITS, LIMIT_TRIPPED};
 mod batch;
 mod in_state;
 mod limits;
+mod signal;
 pub mod watchdog;
+pub use signal::number as LIMIT_SIGNAL;
 
 const MSGH: c_int = 1;
 const TRAMPOLINE: c_int = 2;
@@ -193,14 +195,21 @@ impl Child {
             time_limit: cfg.time_limit,
             memory_limit: cfg.memory_limit,
         };
-        child.configure(cfg)?;
-        if let (true, Some(w)) = (child.hooked, watchdog) {
-            child.watch = Some((w.clone(), w.register()));
+        // the watchdog stops its calls; on Lua 5.4 and 5.5 through a signal slot of the state's own
+        let watchdog = watchdog.filter(|_| cfg.time_limit.is_some());
+        let ticket = watchdog
+            .filter(|_| !watchdog::CROSS_THREAD)
+            .and_then(|_| signal::Ticket::acquire(st.as_ptr()));
+        let watchdog = watchdog.filter(|_| watchdog::CROSS_THREAD || ticket.is_some());
+        child.configure(cfg, watchdog.is_some())?;
+        if let Some(w) = watchdog {
+            child.watch = Some((w.clone(), w.register(ticket)));
         }
         Ok(child)
     }
 
-    fn configure(&mut self, cfg: &Config) -> Result<(), Error> {
+    /// `watched`: a watchdog sets the limit hook when a call is due (else the count hook does).
+    fn configure(&mut self, cfg: &Config, watched: bool) -> Result<(), Error> {
         let st = self.st;
         st.push_cclosure(INSTALL, 0);
         if st.pcall(0, 0, 0) != 0 {
@@ -249,9 +258,9 @@ impl Child {
         }
         self.run_init(cfg)?;
         // calls are limited by the watchdog, which sets the hook only when one is due; where it
-        // cannot (`watchdog::CROSS_THREAD`), by the count hook all the time
+        // cannot (`watchdog::available`), by the count hook all the time
         self.hooked = cfg.time_limit.is_some();
-        if self.hooked && !watchdog::CROSS_THREAD {
+        if self.hooked && !watched {
             // SAFETY: installs our hook on this state's main thread, from its own thread
             // (coroutines created later inherit it); the hook only reads this thread's `LIMITS`.
             unsafe {
