@@ -250,6 +250,38 @@ describe("a map that stops", function()
     pool:close()
   end)
 
+  it("gives each item its own deadline and no hook left from the item before", function()
+    -- items busy-loop from 0 to twice the limit, so deadlines fire as items end; an item that
+    -- succeeds must have started without a hook (the previous item's fired hook is removed, and
+    -- its signal, on Lua 5.4 and 5.5, arriving late, finds a new arming)
+    local limit = 0.005
+    local pool = vmpool.new { core = 1, time_limit = limit }
+    pool:compile("n", [[
+      function near(s)
+        local clean = debug.gethook() == nil
+        local t = os.clock() + s
+        while os.clock() < t do end
+        return clean
+      end
+    ]])
+    local items = {}
+    for i = 1, 150 do items[i] = (i % 3 == 0) and 0 or (i % 20) / 10 * limit end
+    local r, errors = pool:map("n", "near", items, { errors = "collect", batch = 50 })
+    local clean = vmpool._limit_hook() ~= "count"
+    local succeeded, failed = 0, 0
+    for i = 1, #items do
+      if errors[i] then
+        failed = failed + 1
+        assert.matches("time limit exceeded: n:near", errors[i])
+      else
+        succeeded = succeeded + 1
+        assert.are.equal(clean, r[i], "item " .. i)
+      end
+    end
+    assert.is_true(succeeded > 0 and failed > 0, succeeded .. " succeeded, " .. failed .. " failed")
+    pool:close()
+  end)
+
   it("fails like invoke when no state is free and blocking = false", function()
     local gate = Gate.new()
     local pool = vmpool.new { core = 1, blocking = false, init = INIT }

@@ -244,6 +244,51 @@ mod imp {
     }
 }
 
+#[cfg(all(
+    test,
+    target_os = "linux",
+    target_env = "gnu",
+    target_pointer_width = "64",
+    not(feature = "portable-sys")
+))]
+mod tests {
+    use mlua::ffi;
+
+    use super::{ready, Ticket};
+
+    /// Whether `l` has a hook (the signals below are sent to this thread, so each is handled
+    /// before `pthread_sigqueue` returns).
+    fn hooked(l: *mut ffi::lua_State) -> bool {
+        // SAFETY: `l` is a live state of this thread.
+        unsafe { ffi::lua_gethook(l).is_some() }
+    }
+
+    #[test]
+    fn a_signal_sets_the_hook_only_in_the_arming_it_names() {
+        assert!(ready());
+        let lua = mlua::Lua::new();
+        let mut l = std::ptr::null_mut();
+        // SAFETY: copies out the state's pointer; `lua` outlives its uses on this thread.
+        unsafe { lua.exec_raw::<()>((), |raw| l = raw) }.unwrap();
+        let t = Ticket::acquire(l).expect("a free slot");
+        let first = t.arm();
+        t.disarm();
+        assert!(t.send(first));
+        assert!(!hooked(l), "a signal after its call ended set the hook");
+        let second = t.arm();
+        assert_ne!(first, second);
+        assert!(t.send(first));
+        assert!(!hooked(l), "a late signal set the hook in the next call");
+        assert!(t.send(second));
+        assert!(hooked(l), "the due arming's signal did not set the hook");
+        t.disarm();
+        // SAFETY: this thread's own state; removes the hook as the watchdog's disarm does.
+        unsafe { ffi::lua_sethook(l, None, 0, 0) };
+        assert!(t.send(second));
+        assert!(!hooked(l), "a signal after disarming set the hook");
+    }
+}
+
 #[cfg(not(all(
     target_os = "linux",
     target_env = "gnu",
