@@ -4,6 +4,7 @@
 local vmpool = require "vmpool"
 local Gate = require "spec.support.gate"
 local Child = require "spec.support.child"
+local Near = require "spec.support.near_deadline"
 
 local IS_LUAJIT = vmpool.runtime == "LuaJIT"
 
@@ -118,20 +119,12 @@ describe("time_limit", function()
     -- calls that busy-loop from 0 to twice the limit: some end just before their deadline fires
     -- (the watchdog's hook or signal may then arrive after the call); every call that succeeds
     -- must have started without a hook, and every failure is the time limit's
-    local limit = 0.005
-    local p = vmpool.new { core = 1, time_limit = limit }
-    p:compile("n", [[
-      function near(s)
-        local clean = debug.gethook() == nil
-        local t = os.clock() + s
-        while os.clock() < t do end
-        return clean
-      end
-    ]])
+    local p = vmpool.new { core = 1, time_limit = Near.LIMIT }
+    p:compile("n", Near.SOURCE)
     local clean = vmpool._limit_hook() ~= "count"
     local succeeded, failed = 0, 0
-    for i = 1, 200 do
-      local ok, r = pcall(p.invoke, p, "n", "near", (i % 3 == 0) and 0 or (i % 20) / 10 * limit)
+    for _, d in ipairs(Near.durations(200)) do
+      local ok, r = pcall(p.invoke, p, "n", "near", d)
       if ok then
         succeeded = succeeded + 1
         assert.are.equal(clean, r)

@@ -4,6 +4,7 @@
 -- States are held with gates (spec/support/gate.lua), never with sleeps.
 local vmpool = require "vmpool"
 local Gate = require "spec.support.gate"
+local Near = require "spec.support.near_deadline"
 
 local CHUNK = [[
 local counter = require("vmpool").shared("map_spec")
@@ -254,18 +255,9 @@ describe("a map that stops", function()
     -- items busy-loop from 0 to twice the limit, so deadlines fire as items end; an item that
     -- succeeds must have started without a hook (the previous item's fired hook is removed, and
     -- its signal, on Lua 5.4 and 5.5, arriving late, finds a new arming)
-    local limit = 0.005
-    local pool = vmpool.new { core = 1, time_limit = limit }
-    pool:compile("n", [[
-      function near(s)
-        local clean = debug.gethook() == nil
-        local t = os.clock() + s
-        while os.clock() < t do end
-        return clean
-      end
-    ]])
-    local items = {}
-    for i = 1, 150 do items[i] = (i % 3 == 0) and 0 or (i % 20) / 10 * limit end
+    local pool = vmpool.new { core = 1, time_limit = Near.LIMIT }
+    pool:compile("n", Near.SOURCE)
+    local items = Near.durations(150)
     local r, errors = pool:map("n", "near", items, { errors = "collect", batch = 50 })
     local clean = vmpool._limit_hook() ~= "count"
     local succeeded, failed = 0, 0
