@@ -118,8 +118,8 @@ pub mod testing {
         pub use crate::config::*;
     }
     pub mod limits {
+        pub use crate::child::limit_signal as signal;
         pub use crate::child::watchdog::mechanism;
-        pub use crate::child::LIMIT_SIGNAL as signal;
     }
     pub mod lua {
         pub use crate::lua::*;

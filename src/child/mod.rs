@@ -39,7 +39,7 @@ mod in_state;
 mod limits;
 mod signal;
 pub mod watchdog;
-pub use signal::number as LIMIT_SIGNAL;
+pub use signal::number as limit_signal;
 
 const MSGH: c_int = 1;
 const TRAMPOLINE: c_int = 2;
@@ -195,7 +195,8 @@ impl Child {
             time_limit: cfg.time_limit,
             memory_limit: cfg.memory_limit,
         };
-        // the watchdog stops its calls; on Lua 5.4 and 5.5 through a signal slot of the state's own
+        // the watchdog stops this state's calls (on Lua 5.4 and 5.5 only if it got a signal slot;
+        // otherwise the count hook does)
         let watchdog = watchdog.filter(|_| cfg.time_limit.is_some());
         let ticket = watchdog
             .filter(|_| !watchdog::CROSS_THREAD)

@@ -6,9 +6,9 @@
 //! The handler is async-signal-safe: it allocates nothing, takes no lock and touches no
 //! thread-local; it finds its state through the signal's value, which packs a slot index (into a
 //! process-global table of slots that are never freed, only reused) and the generation of the
-//! arming the watchdog found due. It sets the hook only if that slot is still in that arming: the
-//! worker stores the generation at a call's start and clears it at its end, on the same thread,
-//! so a compiler fence orders them against the handler. A late signal (the call ended, the slot
+//! arming the watchdog found due. It sets the hook only if that slot is still in that arming and
+//! the handler runs on the slot's thread: the worker stores the generation at a call's start and
+//! clears it at its end, on the same thread, so a compiler fence orders them against the handler. A late signal (the call ended, the slot
 //! went to another state) finds another generation and does nothing. Linux with glibc on 64-bit
 //! targets only (`pthread_sigqueue`, a 64-bit signal value); elsewhere, or when the host has its
 //! own handler for the signal, [`ready`] is false and time-limited states keep the count hook.
@@ -22,7 +22,9 @@
 mod imp {
     use std::ffi::{c_int, c_void};
     use std::ptr;
-    use std::sync::atomic::{compiler_fence, AtomicBool, AtomicPtr, AtomicU64, Ordering};
+    use std::sync::atomic::{
+        compiler_fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering,
+    };
     use std::sync::OnceLock;
 
     use mlua::ffi;
@@ -44,6 +46,8 @@ mod imp {
         last: AtomicU64,
         /// The owning state's main thread.
         l: AtomicPtr<ffi::lua_State>,
+        /// The owning worker's thread id.
+        tid: AtomicI64,
     }
 
     type Segment = [SigSlot; SEG_LEN];
@@ -62,6 +66,7 @@ mod imp {
             armed: AtomicU64::new(0),
             last: AtomicU64::new(0),
             l: AtomicPtr::new(ptr::null_mut()),
+            tid: AtomicI64::new(0),
         })));
         match TABLE[i].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire)
         {
@@ -150,17 +155,26 @@ mod imp {
         }
         // SAFETY: a published segment is never freed.
         let slot = unsafe { &(*seg)[index % SEG_LEN] };
-        if slot.armed.load(Ordering::Relaxed) != gen {
+        // Acquire: a new owner's `tid` and `l` (stored before its arming) are seen with it
+        if slot.armed.load(Ordering::Acquire) != gen || slot.tid.load(Ordering::Relaxed) != tid() {
             return;
         }
         compiler_fence(Ordering::SeqCst);
         let l = slot.l.load(Ordering::Relaxed);
-        // SAFETY: the slot is in the arming the watchdog found due, so this thread (the only one
-        // the signal goes to) is inside that call: its state is alive and not being created or
-        // closed, and `disarm` clears `armed` before the call's end touches the hook. The hook
-        // fields are written from a signal handler on the running thread, which 5.4 and 5.5
-        // allow (`ldebug.c`); the hook itself runs later, outside the handler.
+        // SAFETY: the slot is in the arming the watchdog found due and this is its owner's
+        // thread (a value forged by someone else's `sigqueue` fails one of the checks), so this
+        // thread is inside that call: its state is alive and not being created or closed, and
+        // `disarm` clears `armed` before the call's end touches the hook. The hook fields are
+        // written from a signal handler on the running thread, which 5.4 and 5.5 allow
+        // (`ldebug.c`); `lua_sethook` is bound when the module loads (`BIND_NOW`), so no lazy
+        // symbol resolution runs here; the hook itself runs later, outside the handler.
         unsafe { ffi::lua_sethook(l, Some(limit_hook), ffi::LUA_MASKCOUNT, 1) };
+    }
+
+    /// The calling thread's id (a system call, async-signal-safe; no thread-local).
+    fn tid() -> i64 {
+        // SAFETY: gettid has no arguments and cannot fail.
+        unsafe { libc::syscall(libc::SYS_gettid) }
     }
 
     /// A state's slot, taken on its worker's thread for the state's life.
@@ -185,6 +199,7 @@ mod imp {
                 })
             })?;
             slot.l.store(l, Ordering::Relaxed);
+            slot.tid.store(tid(), Ordering::Relaxed);
             compiler_fence(Ordering::SeqCst);
             // SAFETY: `set` is plain data initialised by sigemptyset; changes this thread's mask.
             unsafe {
@@ -210,7 +225,7 @@ mod imp {
             }
             self.slot.last.store(gen, Ordering::Relaxed);
             compiler_fence(Ordering::SeqCst);
-            self.slot.armed.store(gen, Ordering::Relaxed);
+            self.slot.armed.store(gen, Ordering::Release);
             compiler_fence(Ordering::SeqCst);
             gen
         }
