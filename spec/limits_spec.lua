@@ -4,6 +4,7 @@
 local vmpool = require "vmpool"
 local Gate = require "spec.support.gate"
 local Child = require "spec.support.child"
+local Near = require "spec.support.near_deadline"
 
 local IS_LUAJIT = vmpool.runtime == "LuaJIT"
 
@@ -68,12 +69,18 @@ describe("time_limit", function()
     end)
   end
 
-  it("runs a call's main thread without a hook until its limit is due (Lua 5.1 to 5.3, LuaJIT); " ..
-    "coroutines keep a count hook", function()
+  it("runs a call's main thread without a hook until its limit is due; coroutines keep a count hook", function()
     local main_free, co_hooked = pool:invoke("r", "hooks")
-    -- Lua 5.4 and 5.5 keep the count hook on the main thread: their lua_sethook cannot be called
-    -- from the watchdog's thread safely (src/child/watchdog.rs)
-    assert.are.equal(not (vmpool.runtime == "Lua 5.4" or vmpool.runtime == "Lua 5.5"), main_free)
+    -- Lua 5.4 and 5.5 get the hook through a signal to the worker's thread (their lua_sethook
+    -- cannot be called from the watchdog's thread safely: src/child/watchdog.rs); only where that
+    -- signal is not available ("count": another build, a host handler) the count hook stays
+    -- (the portable-sys build, like other systems, has no such signal)
+    local expected = "thread"
+    if vmpool.runtime == "Lua 5.4" or vmpool.runtime == "Lua 5.5" then
+      expected = vmpool._sys == "portable" and "count" or "signal"
+    end
+    assert.are.equal(expected, vmpool._limit_hook())
+    assert.are.equal(expected ~= "count", main_free)
     -- LuaJIT has one hook per state, which the watchdog sets: its coroutines need none of their own
     assert.are.equal(not IS_LUAJIT, co_hooked)
     assert.are.equal("alive", pool:invoke("r", "echo", "alive"))
@@ -97,6 +104,37 @@ describe("time_limit", function()
     local ok, err = pcall(fut.wait, fut)
     assert.is_false(ok)
     assert.matches("^vmpool: time limit exceeded: r:spin", err)
+  end)
+
+  it("leaves no hook behind: the call after a timed-out one runs without it and completes", function()
+    local clean = vmpool._limit_hook() ~= "count"
+    for _ = 1, 3 do
+      assert.matches("^vmpool: time limit exceeded: r:spin", select(2, pcall(pool.invoke, pool, "r", "spin")))
+      assert.are.equal(clean, (pool:invoke("r", "hooks")))
+      assert.are.equal(5050, pool:invoke("r", "count", 100))
+    end
+  end)
+
+  it("leaves no stale hook to the next call when deadlines fire as calls end", function()
+    -- calls that busy-loop from 0 to twice the limit: some end just before their deadline fires
+    -- (the watchdog's hook or signal may then arrive after the call); every call that succeeds
+    -- must have started without a hook, and every failure is the time limit's
+    local p = vmpool.new { core = 1, time_limit = Near.LIMIT }
+    p:compile("n", Near.SOURCE)
+    local clean = vmpool._limit_hook() ~= "count"
+    local succeeded, failed = 0, 0
+    for _, d in ipairs(Near.durations(200)) do
+      local ok, r = pcall(p.invoke, p, "n", "near", d)
+      if ok then
+        succeeded = succeeded + 1
+        assert.are.equal(clean, r)
+      else
+        failed = failed + 1
+        assert.matches("^vmpool: time limit exceeded: n:near", r)
+      end
+    end
+    assert.is_true(succeeded > 0 and failed > 0, succeeded .. " succeeded, " .. failed .. " failed")
+    p:close()
   end)
 
   it("leaves calls within the limit alone, and their states too", function()
@@ -381,6 +419,22 @@ describe("fut:cancel()", function()
     assert.are.equal(0, s.errors)
     assert.are.equal(1, s.closed) -- the interrupted state was replaced
     assert.are.equal(1, s.core)
+    assert.are.equal("next", pool:invoke("r", "echo", "next"))
+    pool:close()
+  end)
+
+  it("interrupts a running loop long before a finite time limit", function()
+    local pool = vmpool.new { core = 1, time_limit = 60, init = Gate.CHILD }
+    pool:compile("r", RUNAWAY)
+    local fut = pool:submit("r", "gated_spin", gate.port)
+    gate:arrivals(1)
+    gate:release()
+    local t0 = vmpool.clock()
+    assert.is_false(fut:cancel())
+    local ok, err = pcall(fut.wait, fut, 10)
+    assert.is_false(ok)
+    assert.are.equal("vmpool: call was cancelled", err)
+    assert.is_true(vmpool.clock() - t0 < 10)
     assert.are.equal("next", pool:invoke("r", "echo", "next"))
     pool:close()
   end)

@@ -4,6 +4,7 @@
 -- States are held with gates (spec/support/gate.lua), never with sleeps.
 local vmpool = require "vmpool"
 local Gate = require "spec.support.gate"
+local Near = require "spec.support.near_deadline"
 
 local CHUNK = [[
 local counter = require("vmpool").shared("map_spec")
@@ -247,6 +248,29 @@ describe("a map that stops", function()
     assert.matches("^vmpool: map item 6 of 'c:spin_at' failed: time limit exceeded: c:spin_at ran longer than 0.5s",
       errors[6])
     check_idle(pool)
+    pool:close()
+  end)
+
+  it("gives each item its own deadline and no hook left from the item before", function()
+    -- items busy-loop from 0 to twice the limit, so deadlines fire as items end; an item that
+    -- succeeds must have started without a hook (the previous item's fired hook is removed, and
+    -- its signal, on Lua 5.4 and 5.5, arriving late, finds a new arming)
+    local pool = vmpool.new { core = 1, time_limit = Near.LIMIT }
+    pool:compile("n", Near.SOURCE)
+    local items = Near.durations(150)
+    local r, errors = pool:map("n", "near", items, { errors = "collect", batch = 50 })
+    local clean = vmpool._limit_hook() ~= "count"
+    local succeeded, failed = 0, 0
+    for i = 1, #items do
+      if errors[i] then
+        failed = failed + 1
+        assert.matches("time limit exceeded: n:near", errors[i])
+      else
+        succeeded = succeeded + 1
+        assert.are.equal(clean, r[i], "item " .. i)
+      end
+    end
+    assert.is_true(succeeded > 0 and failed > 0, succeeded .. " succeeded, " .. failed .. " failed")
     pool:close()
   end)
 

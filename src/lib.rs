@@ -133,6 +133,10 @@ pub mod testing {
     pub mod config {
         pub use crate::config::*;
     }
+    pub mod limits {
+        pub use crate::child::limit_signal as signal;
+        pub use crate::child::watchdog::mechanism;
+    }
     pub mod lua {
         pub use crate::lua::*;
     }

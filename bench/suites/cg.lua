@@ -19,7 +19,7 @@
 --   chan_to_host   a number pushed by a state, popped by the host (one message)
 --   chan_stream    a number yielded by pool:stream's function, read by the for loop (one item)
 --
--- Usage: lua bench/suites/cg.lua --kind=invoke --n=2000
+-- Usage: lua bench/suites/cg.lua --kind=invoke --n=2000 [--limit=60]
 local dir = (arg and arg[0] or ""):match("^(.*)/[^/]*$") or "."
 package.path = dir .. "/../lib/?.lua;" .. package.path
 
@@ -32,7 +32,8 @@ local n = assert(tonumber(o.n), "--n")
 local CHUNK = B.CHUNK
 local WARM = 200
 
-local pool = vmpool.new { core = 1, init = B.INIT }
+-- --limit=S: the pool gets time_limit = S (what arming and disarming the limit costs a call)
+local pool = vmpool.new { core = 1, init = B.INIT, time_limit = tonumber(o.limit) }
 pool:compile(CHUNK, B.SCRIPT)
 
 local run

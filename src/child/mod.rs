@@ -2,8 +2,8 @@
 //! ([`crate::state_heap`]), with the standard libraries, the pool's `init` code and the chunks it
 //! has been asked to run.
 //!
-//! Just past 600 lines: creating, configuring and running a state, and turning failures into
-//! errors, share the stack layout below; the hook and the in-state functions are in submodules.
+//! Creating, configuring and running a state, and turning failures into errors, share the stack
+//! layout below; the hook and the in-state functions are in submodules.
 //!
 //! Stack layout at rest (the state's main thread): slot 1 the message handler (adds a traceback),
 //! slot 2 the call trampoline (a C closure over slot 3), slot 3 the table of loaded chunks
@@ -37,7 +37,9 @@ use limits::{limit_hook, Limits, Trip, HOOK_COUNT, LIMITS, LIMIT_TRIPPED};
 mod batch;
 mod in_state;
 mod limits;
+mod signal;
 pub mod watchdog;
+pub use signal::number as limit_signal;
 
 const MSGH: c_int = 1;
 const TRAMPOLINE: c_int = 2;
@@ -165,7 +167,7 @@ impl Child {
         st.push_str("");
 
         // The buffers are allocated up front, so that what a state holds natively does not depend
-        // on what it has run (the soak's leak check compares it exactly: bench/soak.lua).
+        // on what it has run (the soak's leak check compares it exactly: spec/soak/soak.lua).
         let mut child = Child {
             heap,
             st,
@@ -193,14 +195,22 @@ impl Child {
             time_limit: cfg.time_limit,
             memory_limit: cfg.memory_limit,
         };
-        child.configure(cfg)?;
-        if let (true, Some(w)) = (child.hooked, watchdog) {
-            child.watch = Some((w.clone(), w.register()));
+        // the watchdog stops this state's calls (on Lua 5.4 and 5.5 only if it got a signal slot;
+        // otherwise the count hook does)
+        let watchdog = watchdog.filter(|_| cfg.time_limit.is_some());
+        let ticket = watchdog
+            .filter(|_| !watchdog::CROSS_THREAD)
+            .and_then(|_| signal::Ticket::acquire(st.as_ptr()));
+        let watchdog = watchdog.filter(|_| watchdog::CROSS_THREAD || ticket.is_some());
+        child.configure(cfg, watchdog.is_some())?;
+        if let Some(w) = watchdog {
+            child.watch = Some((w.clone(), w.register(ticket)));
         }
         Ok(child)
     }
 
-    fn configure(&mut self, cfg: &Config) -> Result<(), Error> {
+    /// `watched`: a watchdog sets the limit hook when a call is due (else the count hook does).
+    fn configure(&mut self, cfg: &Config, watched: bool) -> Result<(), Error> {
         let st = self.st;
         st.push_cclosure(INSTALL, 0);
         if st.pcall(0, 0, 0) != 0 {
@@ -249,9 +259,9 @@ impl Child {
         }
         self.run_init(cfg)?;
         // calls are limited by the watchdog, which sets the hook only when one is due; where it
-        // cannot (`watchdog::CROSS_THREAD`), by the count hook all the time
+        // cannot (`watchdog::available`), by the count hook all the time
         self.hooked = cfg.time_limit.is_some();
-        if self.hooked && !watchdog::CROSS_THREAD {
+        if self.hooked && !watched {
             // SAFETY: installs our hook on this state's main thread, from its own thread
             // (coroutines created later inherit it); the hook only reads this thread's `LIMITS`.
             unsafe {

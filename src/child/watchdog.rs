@@ -5,18 +5,20 @@
 //! from outside the running code (the standalone interpreters' Ctrl-C calls it from a signal
 //! handler); 5.1 and LuaJIT check the hook at every instruction.
 //!
-//! Only where that call touches no call frame ([`CROSS_THREAD`]): Lua 5.4 and 5.5's
-//! `lua_sethook` also marks every frame of the running thread (`settraps`), walking a list the
-//! running thread changes and may shrink (`luaE_shrinkCI`) at the same moment; from a signal
-//! handler on that thread the walk is safe, from another thread it could write into a freed
-//! frame. There, a time-limited state keeps the count hook all the time (`Child::configure`).
+//! On Lua 5.1 to 5.3 and LuaJIT ([`CROSS_THREAD`]) the watchdog calls it itself. Lua 5.4 and
+//! 5.5's `lua_sethook` also marks every frame of the running thread (`settraps`), walking a list
+//! the running thread changes and may shrink (`luaE_shrinkCI`) at the same moment: safe from a
+//! signal handler on that thread, not from another thread. There the watchdog queues a signal to
+//! the state's worker thread, whose handler sets the hook (`child/signal.rs`); where signals are
+//! not available ([`signal::ready`]), a time-limited state keeps the count hook all the time.
 //!
 //! Each state has a [`Slot`]: its worker arms it at a call's start and disarms it at the end, each
-//! under the slot's lock, and the watchdog sets the hook only under that lock while the slot is
-//! armed, so it never touches a state between calls or after it closed. Disarming removes a hook
-//! the watchdog set. The watchdog sleeps until the earliest deadline of the armed slots; with none
-//! armed, for one `time_limit` at most (a call armed meanwhile has a later deadline), or until
-//! woken ([`Watchdog::poke`]) when there is no deadline at all (`time_limit = math.huge`).
+//! under the slot's lock, and the watchdog fires only under that lock while the slot is armed, so
+//! it never touches a state between calls or after it closed (a signal that arrives after the
+//! call ended finds its arming over and does nothing). Disarming removes a hook the watchdog set.
+//! The watchdog sleeps until the earliest deadline of the armed slots; with none armed, for one
+//! `time_limit` at most (a call armed meanwhile has a later deadline), or until woken
+//! ([`Watchdog::poke`]) when there is no deadline at all (`time_limit = math.huge`).
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,17 +30,39 @@ use mlua::ffi;
 use parking_lot::{Condvar, Mutex};
 
 use super::limits::limit_hook;
+use super::signal;
 use crate::Error;
 
 /// Whether a pool's watchdog may set a running state's hook from its own thread (see above).
 pub const CROSS_THREAD: bool = !cfg!(any(feature = "lua54", feature = "lua55"));
 
+/// Whether a new time-limited pool gets a watchdog: always on Lua 5.1 to 5.3 and LuaJIT; on 5.4
+/// and 5.5 where its signal's handler is vmpool's (see the module).
+pub fn available() -> bool {
+    CROSS_THREAD || signal::ready()
+}
+
+/// How a new time-limited pool's calls get the limit hook: "thread" (the watchdog sets it),
+/// "signal" (its signal to the worker's thread does) or "count" (the count hook, all the time).
+pub fn mechanism() -> &'static str {
+    if CROSS_THREAD {
+        "thread"
+    } else if signal::ready() {
+        "signal"
+    } else {
+        "count"
+    }
+}
+
+/// How long the watchdog waits before trying again to queue a signal the kernel refused.
+const RETRY: Duration = Duration::from_millis(1);
+
 /// The shortest idle sleep: a tiny `time_limit` (1e-10 s) must not make the watchdog spin.
 const MIN_IDLE: Duration = Duration::from_millis(1);
 
-/// A state's arming, shared by its worker and the watchdog.
-#[derive(Default)]
-pub struct Slot(Mutex<Armed>);
+/// A state's arming, shared by its worker and the watchdog; on Lua 5.4 and 5.5, with the state's
+/// signal slot.
+pub struct Slot(Mutex<Armed>, Option<signal::Ticket>);
 
 struct Armed {
     /// The state's main thread, while armed.
@@ -47,8 +71,10 @@ struct Armed {
     /// The running call's interrupt flag (`fut:cancel()`), alive while armed.
     interrupt: *const AtomicBool,
     armed: bool,
-    /// The watchdog set the hook during this arming.
+    /// The watchdog set the hook (or queued its signal) during this arming.
     fired: bool,
+    /// The arming's generation in the state's signal slot (`Slot`'s ticket).
+    gen: u64,
 }
 
 impl Default for Armed {
@@ -59,14 +85,15 @@ impl Default for Armed {
             interrupt: std::ptr::null(),
             armed: false,
             fired: false,
+            gen: 0,
         }
     }
 }
 
 // SAFETY: the pointers are only followed under the slot's lock while `armed`, when the worker
 // guarantees the state and the call's flag are alive (it disarms under the lock before either
-// goes away); `lua_sethook` is the API function meant to be called asynchronously, and where it
-// is called from this thread it writes only the state's hook fields (`CROSS_THREAD`).
+// goes away); `lua_sethook` is the API function meant to be called asynchronously, and the
+// watchdog's thread calls it only where it writes only the state's hook fields (`CROSS_THREAD`).
 unsafe impl Send for Armed {}
 
 /// Sets the limit hook to fire at the next instruction (the hook then raises the limit's error).
@@ -79,6 +106,26 @@ unsafe fn fire(l: *mut ffi::lua_State) {
 }
 
 impl Slot {
+    /// `ticket`: the state's signal slot, on Lua 5.4 and 5.5.
+    fn new(ticket: Option<signal::Ticket>) -> Slot {
+        Slot(Mutex::new(Armed::default()), ticket)
+    }
+
+    /// Sets the hook of the armed state `a` to fire now: directly, or through its thread's
+    /// signal. False if the signal could not be queued (try again).
+    fn fire_armed(&self, a: &Armed) -> bool {
+        match &self.1 {
+            Some(ticket) => ticket.send(a.gen),
+            None => {
+                // SAFETY: armed, so `l` is a live state, its worker blocked from disarming by the
+                // lock the caller holds; without a ticket the pool exists only where
+                // `CROSS_THREAD` allows another thread to call `lua_sethook`.
+                unsafe { fire(a.l) };
+                true
+            }
+        }
+    }
+
     /// A call starts on state `l`: the watchdog may fire from now on. `interrupt` and `stop` are
     /// read after arming, so a cancel or stop that came before (and whose poke found the slot
     /// unarmed) is seen here and fires at once.
@@ -95,6 +142,9 @@ impl Slot {
         a.interrupt = interrupt;
         a.armed = true;
         a.fired = false;
+        if let Some(t) = &self.1 {
+            a.gen = t.arm();
+        }
         if interrupt.load(Ordering::SeqCst) || stop.load(Ordering::SeqCst) {
             a.fired = true;
             // SAFETY: `l` is this worker's own live state.
@@ -113,7 +163,11 @@ impl Slot {
         // SAFETY: armed (the batch runs), so the call's flag is alive.
         let cancelled = unsafe { (*a.interrupt).load(Ordering::SeqCst) };
         if a.fired && !cancelled && !stop.load(Ordering::SeqCst) {
-            // the previous item's deadline fired and that item ended in time: no hook until due
+            // the previous item's deadline fired and that item ended in time: no hook until due,
+            // and a signal still on its way for that deadline finds a new arming
+            if let Some(t) = &self.1 {
+                a.gen = t.arm();
+            }
             // SAFETY: the worker's own live state.
             unsafe { ffi::lua_sethook(a.l, None, 0, 0) };
             a.fired = false;
@@ -123,6 +177,10 @@ impl Slot {
     /// The call ended: the watchdog leaves the state alone, and a hook it set is removed.
     pub fn disarm(&self) {
         let mut a = self.0.lock();
+        if let Some(t) = &self.1 {
+            // before the hook is removed: a signal from now on leaves it alone
+            t.disarm();
+        }
         if a.fired {
             // SAFETY: still armed, so `l` is the worker's own live state.
             unsafe { ffi::lua_sethook(a.l, None, 0, 0) };
@@ -169,9 +227,9 @@ impl Watchdog {
         Ok(w)
     }
 
-    /// A new state's slot.
-    pub fn register(&self) -> Arc<Slot> {
-        let slot = Arc::new(Slot::default());
+    /// A new state's slot (`ticket`: its signal slot, on Lua 5.4 and 5.5).
+    pub fn register(&self, ticket: Option<signal::Ticket>) -> Arc<Slot> {
+        let slot = Arc::new(Slot::new(ticket));
         self.shared.lock().slots.push(slot.clone());
         slot
     }
@@ -225,10 +283,12 @@ impl Watchdog {
             let cancelled = unsafe { (*a.interrupt).load(Ordering::SeqCst) };
             let due = a.deadline.is_some_and(|d| d <= now);
             if stop || cancelled || due {
-                a.fired = true;
-                // SAFETY: armed, so `l` is a live state, its worker blocked from disarming by the
-                // lock we hold.
-                unsafe { fire(a.l) };
+                if slot.fire_armed(&a) {
+                    a.fired = true;
+                } else {
+                    let retry = now + RETRY;
+                    next = Some(next.map_or(retry, |n: Instant| n.min(retry)));
+                }
             } else if let Some(d) = a.deadline {
                 next = Some(next.map_or(d, |n: Instant| n.min(d)));
             }

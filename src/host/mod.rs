@@ -129,6 +129,7 @@ const FUNCTIONS: Methods = &[
     ("_map", map_api::new_map),
     ("_yieldable", yieldable::yieldable),
     ("_function_cache", function_cache),
+    ("_limit_hook", limit_hook),
     ("_channel", channel_api::channel),
     ("_chan_push", channel_api::push),
     ("_chan_pop", channel_api::pop),
@@ -159,6 +160,15 @@ fn function_cache_impl(st: State) -> Result<c_int, Error> {
     st.push_integer(crate::value::LOADS.load(Relaxed) as i64);
     st.push_integer(crate::value::HITS.load(Relaxed) as i64);
     Ok(2)
+}
+
+crate::lua_function!(fn limit_hook => limit_hook_impl);
+/// `vmpool._limit_hook()`: how a new time-limited pool's calls get the limit hook (for the specs):
+/// "thread" (the watchdog sets it), "signal" (the watchdog's signal does, Lua 5.4 and 5.5) or
+/// "count" (a count hook all the time).
+fn limit_hook_impl(st: State) -> Result<c_int, Error> {
+    st.push_str(crate::child::watchdog::mechanism());
+    Ok(1)
 }
 
 crate::lua_function!(fn clock => clock_impl);

@@ -22,6 +22,7 @@ local M = {
   clock = native.clock,
   memory = native.memory,
   _function_cache = native._function_cache, -- loads, hits of functions sent as callees (specs)
+  _limit_hook = native._limit_hook, -- "thread", "signal" or "count": how time limits stop calls
   --- Schedulers other than vmpool.run plug in here (see the README): called as awaiter(fut) inside
   --- a coroutine, it must return once fut:ready() is true, yielding meanwhile.
   awaiter = nil,

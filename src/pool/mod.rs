@@ -102,7 +102,7 @@ impl Pool {
         let core = config.core;
         let stop: Arc<AtomicBool> = Arc::default();
         let watchdog = match config.time_limit {
-            Some(limit) if crate::child::watchdog::CROSS_THREAD => {
+            Some(limit) if crate::child::watchdog::available() => {
                 Some(Watchdog::start(limit, stop.clone())?)
             }
             _ => None,
