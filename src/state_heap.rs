@@ -201,7 +201,9 @@ fn open_libs(st: State) -> c_int {
 
 /// The state's allocator (`lua_Alloc`): `malloc`/`realloc`/`free`, with the account kept and the
 /// limit enforced. Returns NULL when the limit or the system refuses, which Lua turns into a
-/// "not enough memory" error in the state.
+/// "not enough memory" error in the state. A free, the commonest call, updates the account and
+/// ends in a tail call to `free`; a new block is counted before `malloc` and uncounted in the
+/// rare case it fails, so the common paths keep few values alive across the C library's call.
 unsafe extern "C" fn allocate(
     ud: *mut c_void,
     ptr: *mut c_void,
@@ -210,43 +212,79 @@ unsafe extern "C" fn allocate(
 ) -> *mut c_void {
     // SAFETY: `ud` is the `Account` passed to `lua_newstate`, alive until after `lua_close`.
     let a = unsafe { &*(ud as *const Account) };
-    // with no block, `osize` is a type tag (Lua 5.2+), not a size
-    let old = if ptr.is_null() { 0 } else { osize };
-    let bytes = a.bytes.load(Relaxed);
     if nsize == 0 {
         if !ptr.is_null() {
+            a.bytes.store(a.bytes.load(Relaxed) - osize, Relaxed);
+            a.blocks.store(a.blocks.load(Relaxed) - 1, Relaxed);
             // SAFETY: `ptr` came from this allocator (malloc/realloc) and Lua frees it once.
             unsafe { libc::free(ptr) };
-            a.bytes.store(bytes - old, Relaxed);
-            a.blocks.store(a.blocks.load(Relaxed) - 1, Relaxed);
         }
         return std::ptr::null_mut();
     }
-    let limit = a.limit.load(Relaxed);
-    if nsize > old && limit != 0 && bytes - old + nsize > limit {
-        a.limit_refused.store(true, Relaxed);
-        return std::ptr::null_mut();
-    }
-    let p = if ptr.is_null() {
-        // SAFETY: plain allocation.
-        unsafe { libc::malloc(nsize) }
-    } else {
-        // SAFETY: `ptr` came from this allocator and is live.
-        unsafe { libc::realloc(ptr, nsize) }
-    };
-    if p.is_null() {
-        // Lua assumes a block never fails to shrink; the old block is big enough
-        if nsize <= old {
-            return ptr;
-        }
-        a.limit_refused.store(false, Relaxed);
-        return std::ptr::null_mut();
-    }
-    a.bytes.store(bytes - old + nsize, Relaxed);
     if ptr.is_null() {
-        a.blocks.store(a.blocks.load(Relaxed) + 1, Relaxed);
+        // with no block, `osize` is a type tag (Lua 5.2+), not a size
+        // SAFETY: `a` is the state's account, as above.
+        unsafe { new_block(a, nsize) }
+    } else {
+        // SAFETY: `ptr` came from this allocator, is live and `osize` bytes long.
+        unsafe { resize(a, ptr, osize, nsize) }
+    }
+}
+
+/// A new block of `nsize` bytes for the state of account `a`.
+///
+/// # Safety
+/// As `malloc`.
+#[inline(never)]
+unsafe fn new_block(a: &Account, nsize: usize) -> *mut c_void {
+    let bytes = a.bytes.load(Relaxed);
+    let limit = a.limit.load(Relaxed);
+    if limit != 0 && bytes + nsize > limit {
+        return refused(a, true);
+    }
+    a.bytes.store(bytes + nsize, Relaxed);
+    a.blocks.store(a.blocks.load(Relaxed) + 1, Relaxed);
+    // SAFETY: plain allocation.
+    let p = unsafe { libc::malloc(nsize) };
+    if p.is_null() {
+        a.bytes.store(a.bytes.load(Relaxed) - nsize, Relaxed);
+        a.blocks.store(a.blocks.load(Relaxed) - 1, Relaxed);
+        return refused(a, false);
     }
     p
+}
+
+/// `ptr`'s block (of `osize` bytes) resized to `nsize` bytes.
+///
+/// # Safety
+/// As `realloc`; `ptr` came from this allocator.
+#[inline(never)]
+unsafe fn resize(a: &Account, ptr: *mut c_void, osize: usize, nsize: usize) -> *mut c_void {
+    let bytes = a.bytes.load(Relaxed);
+    let limit = a.limit.load(Relaxed);
+    if nsize > osize && limit != 0 && bytes - osize + nsize > limit {
+        return refused(a, true);
+    }
+    // SAFETY: the caller's contract.
+    let p = unsafe { libc::realloc(ptr, nsize) };
+    if p.is_null() {
+        // Lua assumes a block never fails to shrink; the old block is big enough
+        if nsize <= osize {
+            return ptr;
+        }
+        return refused(a, false);
+    }
+    a.bytes
+        .store(a.bytes.load(Relaxed) - osize + nsize, Relaxed);
+    p
+}
+
+/// An allocation refused: by the limit (`by_limit`) or by the system.
+#[cold]
+#[inline(never)]
+fn refused(a: &Account, by_limit: bool) -> *mut c_void {
+    a.limit_refused.store(by_limit, Relaxed);
+    std::ptr::null_mut()
 }
 
 /// Lua's last word before it aborts on an error outside any protected call: say it came from a
