@@ -86,6 +86,21 @@ describe("time_limit", function()
     assert.are.equal("alive", pool:invoke("r", "echo", "alive"))
   end)
 
+  it("keeps the count hook with VMPOOL_LIMIT_SIGNAL=0, and the limit still ends a runaway loop", function()
+    local Sub = require "spec.support.subprocess"
+    local out, status = Sub.run([[
+      local vmpool = require "vmpool"
+      local pool = vmpool.new { core = 1, time_limit = 0.05 }
+      pool:compile("l", "function spin() while true do end end")
+      local ok, err = pcall(pool.invoke, pool, "l", "spin")
+      print(vmpool._limit_hook(), ok, (err:match("^vmpool: time limit exceeded")))
+      pool:close()
+    ]], { env = "VMPOOL_LIMIT_SIGNAL=0 " })
+    assert.are.equal(0, status, out)
+    local mechanism = (vmpool.runtime == "Lua 5.4" or vmpool.runtime == "Lua 5.5") and "count" or "thread"
+    assert.are.equal(mechanism .. "\tfalse\tvmpool: time limit exceeded\n", out)
+  end)
+
   it("fails a call that overran it inside a C function when the function returns, not with its results", function()
     local gate = Gate.new()
     -- hold() blocks in socket's receive for 0.3 s, past the 0.1 s limit, then returns "done"

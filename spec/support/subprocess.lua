@@ -17,15 +17,16 @@ end
 
 -- Returns what the script printed (stdout and stderr), its exit status (128 + N for signal N,
 -- 137 when killed at the bound) and whether it was killed at the bound. `opts.timeout` (seconds,
--- default 30), `opts.address_space` (KiB for `ulimit -v`).
+-- default 30), `opts.address_space` (KiB for `ulimit -v`), `opts.env` ("NAME=value " words put
+-- before the command).
 function Sub.run(source, opts)
   opts = opts or {}
   local file = os.tmpname()
   local f = assert(io.open(file, "w"))
   f:write(source)
   f:close()
-  local cmd = ("LUA_PATH=%s LUA_CPATH=%s timeout -s KILL %d %s %s 2>&1; echo \"exit=$?\""):format(
-    quote(package.path), quote(package.cpath), opts.timeout or 30, Sub.interpreter, quote(file))
+  local cmd = ("%sLUA_PATH=%s LUA_CPATH=%s timeout -s KILL %d %s %s 2>&1; echo \"exit=$?\""):format(
+    opts.env or "", quote(package.path), quote(package.cpath), opts.timeout or 30, Sub.interpreter, quote(file))
   if opts.address_space then
     cmd = ("ulimit -v %d; %s"):format(opts.address_space, cmd)
   end

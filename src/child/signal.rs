@@ -25,7 +25,7 @@ mod imp {
     use std::sync::atomic::{
         compiler_fence, AtomicBool, AtomicI64, AtomicPtr, AtomicU64, Ordering,
     };
-    use std::sync::OnceLock;
+    use std::sync::Once;
 
     use mlua::ffi;
 
@@ -95,9 +95,17 @@ mod imp {
 
     /// Installs the handler once per process if the signal has the default disposition, so a
     /// handler the host installed is never replaced; then (each call) whether ours is in place.
+    /// `VMPOOL_LIMIT_SIGNAL=0` in the environment (read once) keeps the count hook instead.
     pub fn ready() -> bool {
-        static INSTALLED: OnceLock<bool> = OnceLock::new();
-        *INSTALLED.get_or_init(install) && ours()
+        // an atomic, not a `OnceLock<bool>`: the result is read on every new pool, and an atomic
+        // read is one ThreadSanitizer sees as synchronised without an instrumented std
+        static ONCE: Once = Once::new();
+        static INSTALLED: AtomicBool = AtomicBool::new(false);
+        ONCE.call_once(|| {
+            let off = std::env::var_os("VMPOOL_LIMIT_SIGNAL").is_some_and(|v| v == "0");
+            INSTALLED.store(!off && install(), Ordering::Release)
+        });
+        INSTALLED.load(Ordering::Acquire) && ours()
     }
 
     fn install() -> bool {
