@@ -361,12 +361,12 @@ fn push_or_wait_impl(st: State) -> Result<c_int, Error> {
     let frame = unsafe { Frame::new() };
     let (mut w, may_wait) = start_waiter(&frame, st, timeout)?;
     let try_push = |msg, call: Option<&_>| chan.push_or_watch(msg, call);
-    let Some(r) = run_or_file(&mut w, &chan, Side::Push, may_wait, msg, try_push) else {
-        drop(w);
+    let r = run_or_file(&mut w, &chan, Side::Push, may_wait, msg, try_push);
+    drop(w);
+    let Some(r) = r else {
         st.set_top(3);
         return Ok(1);
     };
-    drop(w);
     match r {
         Ok(()) => {
             st.set_top(0);
@@ -388,12 +388,12 @@ fn pop_or_wait_impl(st: State) -> Result<c_int, Error> {
     let frame = unsafe { Frame::new() };
     let (mut w, may_wait) = start_waiter(&frame, st, timeout)?;
     let try_pop = |(), call: Option<&_>| chan.pop_or_watch(call).map_err(|f| (f, ()));
-    let Some(r) = run_or_file(&mut w, &chan, Side::Pop, may_wait, (), try_pop) else {
-        drop(w);
+    let r = run_or_file(&mut w, &chan, Side::Pop, may_wait, (), try_pop);
+    drop(w);
+    let Some(r) = r else {
         st.set_top(3);
         return Ok(1);
     };
-    drop(w);
     match r.map_err(|(f, ())| f) {
         Ok(m) => {
             st.set_top(0);
