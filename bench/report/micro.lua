@@ -21,8 +21,10 @@ local MICRO_FIGS = {
   { "echo10", "`pool:invoke` echo of a 10-field table" },
   { "submit", "`pool:submit`, 1000 futures in flight (default pool)" },
   { "co_invoke", "`pool:co_invoke`, 1000 coroutines in flight (default pool)" },
+  { "window", "`pool:submit` as a sliding window, 1000 in flight, fresh core = 2 pool, whole process" },
 }
-local FLOOR_OF = { invoke = "direct", echo10 = "echo10_direct", submit = "direct", co_invoke = "direct" }
+local FLOOR_OF = { invoke = "direct", echo10 = "echo10_direct", submit = "direct", co_invoke = "direct",
+  window = "direct" }
 
 
 --- the runtimes with runs on 2 CPUs, and the table's columns (those, then Lua 5.4 on 1 CPU)

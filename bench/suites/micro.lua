@@ -7,6 +7,9 @@
 --   echo10       pool:invoke of echo(t) with a 10-field table (t goes in, a copy comes back)
 --   submit       pool:submit, 1000 futures in flight (submit 1000, then wait each), default pool
 --   co_invoke    pool:co_invoke from 1000 coroutines under vmpool.run, default pool
+--   window       futures as a sliding window (1000 in flight, wait for the oldest, submit one), a
+--                fresh core = 2 pool in a process of its own (bench/suites/window.lua), the whole
+--                process timed: start-up, the pool's first calls and its close included
 --
 -- Lua Lanes and effil are measured by bench/peers/peers.lua, in the same interleaved repetitions.
 --
@@ -163,6 +166,19 @@ measure("co_invoke", count(20) * IN_FLIGHT, function(n)
     end
   end)
 end, WARM_IN_FLIGHT)
+
+-- Not with a count-alloc build: the figure is another process's.
+if not alloc_counts and arg and arg[-1] then
+  local n = count(300) * IN_FLIGHT
+  local cmd = ("%s %s/window.lua --n=%d"):format(arg[-1], dir, n)
+  local t0 = clock()
+  local out = io.popen(cmd)
+  local checked = tonumber(out:read("*a"))
+  out:close()
+  local us = (clock() - t0) * 1e6 / n
+  if checked ~= n then error("window: the child process failed: " .. cmd) end
+  result.figures.window = { us = us }
+end
 
 pool1:close()
 pool_default:close()
