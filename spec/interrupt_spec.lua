@@ -5,8 +5,8 @@
 local vmpool = require "vmpool"
 local Sub = require "spec.support.subprocess"
 
--- Defines `pool` with a chunk "c" whose `interrupt_host(hold)` waits (bounded) until the host's
--- main thread sleeps, signals the process, with `hold` runs on until the host calls `caught()`
+-- Defines `pool` with a chunk "c" (its source in `source_of_c`) whose `interrupt_host(hold)`
+-- waits (bounded) until the host's main thread sleeps, signals the process, with `hold` runs on until the host calls `caught()`
 -- (or gives up after 20 s, which `gave_up()` then says), and returns 7; `later()` returns 8.
 local PRELUDE = [[
 local vmpool = require "vmpool"
@@ -14,7 +14,7 @@ pool = vmpool.new{ core = 1 }
 function caught() vmpool.shared("interrupt"):set("caught", true) end
 -- whether a held call gave up waiting for caught()
 function gave_up() return vmpool.shared("interrupt"):get("gave up") or false end
-pool:compile("c", [==[
+source_of_c = [==[
 local function field(path, pattern)
   local f = assert(io.open(path))
   local line = f:read("*l")
@@ -45,7 +45,8 @@ return {
   end,
   later = function() return 8 end,
 }
-]==])
+]==]
+pool:compile("c", source_of_c)
 ]]
 
 local function run(body)
@@ -148,6 +149,28 @@ describe("Ctrl-C while the host waits", function()
     ]]
     assert.equal(0, status, out)
     assert.matches("first\tfalse\t" .. interrupted("pool:map()") .. "\tfalse", out)
+    assert.matches("next\t8", out)
+  end)
+
+  it("ends a wait inside a coroutine for a pool that was made inside another coroutine", function()
+    if vmpool.runtime == "Lua 5.1" or vmpool.runtime == "LuaJIT" then
+      pending("Lua 5.1 and LuaJIT do not let a coroutine reach the main thread's hook")
+      return
+    end
+    -- the pool notes its state's main thread when it is made: made in a coroutine, it must still
+    -- watch the main thread's hook (the interpreter's Ctrl-C), not its maker's
+    local out, status = run [[
+      pool = coroutine.wrap(function() return vmpool.new{ core = 1 } end)()
+      pool:compile("c", source_of_c)
+      local ok, err = pcall(function()
+        return pcall(coroutine.wrap(function() return pool:invoke("c", "interrupt_host", true) end))
+      end)
+      caught()
+      print("first", ok, err, gave_up())
+      print("next", pool:invoke("c", "later"))
+    ]]
+    assert.equal(0, status, out)
+    assert.matches("first\tfalse\t[^\n]*interrupted!\tfalse", out)
     assert.matches("next\t8", out)
   end)
 

@@ -167,9 +167,14 @@ impl Call {
             drop_protos(&mut d.protos);
         }
         d.acquire_deadline = None;
-        d.subscribers = Subscribers::None;
+        // most calls had no subscriber: nothing to drop
+        if !matches!(d.subscribers, Subscribers::None) {
+            d.subscribers = Subscribers::None;
+        }
         d.items_done = 0;
-        d.stream = None;
+        if d.stream.is_some() {
+            d.stream = None;
+        }
     }
 
     #[inline]
