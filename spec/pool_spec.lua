@@ -260,6 +260,16 @@ describe("pool:invoke", function()
     local ok, err = pcall(pool.invoke, {}, "util", "echo")
     assert.is_false(ok)
     assert.matches("^vmpool: expected a pool as first argument", err)
+    -- nor any other value: a number, a long string, a light userdata (NULL, as cjson.null),
+    -- another kind of full userdata, a future
+    local others = { 42, string.rep("x", 256), require("cjson").null, io.stdout,
+      pool:submit("util", "echo", 1) }
+    for _, self in ipairs(others) do
+      ok, err = pcall(pool.invoke, self, "util", "echo")
+      assert.is_false(ok)
+      assert.matches("^vmpool: expected a pool as first argument", err)
+    end
+    assert.equal(1, others[5]:wait())
   end)
 
   it("keeps the pool working and its stats consistent after every kind of error", function()

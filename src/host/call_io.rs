@@ -224,14 +224,10 @@ impl PoolHandle {
                 let d = c.data.get_mut();
                 d.func.extend_from_slice(func);
                 d.chunk = Some(chunk);
-                let first = base + 2;
-                match self.encoder.encode(
-                    st,
-                    first,
-                    st.top() - first + 1,
-                    &mut d.buf,
-                    Role::Argument(func),
-                ) {
+                match self
+                    .encoder
+                    .encode(st, base + 2, nargs, &mut d.buf, Role::Argument(func))
+                {
                     Ok(()) => {
                         self.encoder.move_protos(&mut d.protos);
                         Ok(())

@@ -444,56 +444,50 @@ pub fn push_message(
 /// of the host's instructions per future). The caller must have `max` free stack slots without
 /// asking Lua for them (asking may grow the stack, which allocates).
 pub fn push_scalars(st: State, buf: &[u8], max: usize) -> Option<c_int> {
-    // A scalar is a tag and a fixed-size payload, so one walk over the bytes checks the whole
-    // message (a message that does not qualify leaves the stack as it was) and a second pushes.
-    let (head, values) = buf.split_first_chunk::<4>()?;
+    let (head, mut rest) = buf.split_first_chunk::<4>()?;
     let count = u32::from_le_bytes(*head) & !HAS_FUNCTIONS;
     if count as usize > max {
         return None;
     }
-    let mut rest = values;
-    for _ in 0..count {
-        let (&tag, after) = rest.split_first()?;
-        rest = match tag {
-            TAG_NIL | TAG_FALSE | TAG_TRUE => after,
-            TAG_INT | TAG_FLOAT => after.get(8..)?,
-            TAG_LIGHT => {
-                light_address(u64::from_le_bytes(*after.first_chunk::<8>()?)).ok()?;
-                &after[8..]
+    // A scalar is a tag and a fixed-size payload: pushed as they come, and popped again if a
+    // later value does not qualify (pushing and popping scalars allocates nothing).
+    for pushed in 0..count {
+        let Some(after) = push_scalar(st, rest) else {
+            if pushed > 0 {
+                st.pop(pushed as c_int);
             }
-            _ => return None,
+            return None;
         };
+        rest = after;
     }
     if !rest.is_empty() {
+        if count > 0 {
+            st.pop(count as c_int);
+        }
         return None;
     }
-    let mut rest = values;
-    for _ in 0..count {
-        // checked above: every value is a whole scalar
-        let (&tag, after) = rest.split_first()?;
-        let word = || after.first_chunk::<8>().map(|b| u64::from_le_bytes(*b));
-        rest = match tag {
-            TAG_NIL => {
-                st.push_nil();
-                after
-            }
-            TAG_FALSE | TAG_TRUE => {
-                st.push_bool(tag == TAG_TRUE);
-                after
-            }
-            TAG_INT => {
-                st.push_integer(word()? as i64);
-                &after[8..]
-            }
-            TAG_FLOAT => {
-                st.push_number(f64::from_bits(word()?));
-                &after[8..]
-            }
-            _ => {
-                st.push_light_userdata(word()? as usize as *mut c_void);
-                &after[8..]
-            }
-        };
-    }
     Some(count as c_int)
+}
+
+/// Pushes the scalar `bytes` starts with and returns the bytes after it; pushes nothing for
+/// anything else (or a value cut short).
+#[inline(always)]
+fn push_scalar(st: State, bytes: &[u8]) -> Option<&[u8]> {
+    let (&tag, after) = bytes.split_first()?;
+    match tag {
+        TAG_NIL => st.push_nil(),
+        TAG_FALSE | TAG_TRUE => st.push_bool(tag == TAG_TRUE),
+        TAG_INT | TAG_FLOAT | TAG_LIGHT => {
+            let (word, after) = after.split_first_chunk::<8>()?;
+            let word = u64::from_le_bytes(*word);
+            match tag {
+                TAG_INT => st.push_integer(word as i64),
+                TAG_FLOAT => st.push_number(f64::from_bits(word)),
+                _ => st.push_light_userdata(light_address(word).ok()? as *mut c_void),
+            }
+            return Some(after);
+        }
+        _ => return None,
+    }
+    Some(after)
 }
