@@ -320,6 +320,13 @@ impl Pool {
         }
     }
 
+    /// Runs `f` with the pool's lock held (tests: a fork while a pool thread holds it).
+    #[doc(hidden)]
+    pub fn with_lock_held<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _held = self.inner.lock();
+        f()
+    }
+
     /// Cancels a call that has not started. True if it was cancelled (it will never run).
     pub fn cancel(&self, call: &Call) -> bool {
         let cancelled = self.inner.lock().ledger.cancel(call);
