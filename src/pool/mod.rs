@@ -278,6 +278,7 @@ impl Pool {
     /// wakes the state's worker when dropped. Submitting several calls, keep the postings until
     /// all are filed: a worker woken by the first call would otherwise run it and go back to
     /// sleep (often on the submitter's CPU, preempting it) before the next one is queued.
+    #[inline]
     pub fn submit_later(self: &Arc<Pool>, call: Arc<Call>) -> Result<Option<Posting>, Error> {
         call.submitted
             .store(crate::clock::now(), std::sync::atomic::Ordering::Relaxed);
