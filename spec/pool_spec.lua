@@ -260,6 +260,37 @@ describe("pool:invoke", function()
     local ok, err = pcall(pool.invoke, {}, "util", "echo")
     assert.is_false(ok)
     assert.matches("^vmpool: expected a pool as first argument", err)
+    -- nor any other value: a number, a long string, a light userdata (NULL, as cjson.null),
+    -- another kind of full userdata, a future
+    local others = { 42, string.rep("x", 256), require("cjson").null, io.stdout,
+      pool:submit("util", "echo", 1) }
+    for _, self in ipairs(others) do
+      ok, err = pcall(pool.invoke, self, "util", "echo")
+      assert.is_false(ok)
+      assert.matches("^vmpool: expected a pool as first argument", err)
+    end
+    assert.equal(1, others[5]:wait())
+  end)
+
+  it("works from coroutines when the registry's main-thread entry was replaced as it was made", function()
+    -- a pool notes its state's main thread (for the wait's Ctrl-C check); an entry that is not
+    -- the main thread (here a coroutine, collected afterwards) must not be taken for it
+    if vmpool.runtime == "Lua 5.1" or vmpool.runtime == "LuaJIT" then
+      pending("Lua 5.1 and LuaJIT keep no main thread in the registry")
+      return
+    end
+    local registry = debug.getregistry()
+    local main = registry[1]
+    registry[1] = coroutine.create(function() end)
+    local ok, p = pcall(coroutine.wrap(function() return vmpool.new { core = 1 } end))
+    registry[1] = main
+    collectgarbage()
+    collectgarbage()
+    assert(ok, p)
+    p:compile("c", "function slow(x) local t = os.clock() while os.clock() - t < 0.02 do end return x end")
+    assert.equal(5, coroutine.wrap(function() return p:invoke("c", "slow", 5) end)())
+    assert.equal(6, p:invoke("c", "slow", 6))
+    p:close()
   end)
 
   it("keeps the pool working and its stats consistent after every kind of error", function()

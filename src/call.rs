@@ -74,8 +74,6 @@ pub struct CallData {
     /// The prototypes of the functions in `buf` (see `value/func.rs`): the host's going in, the
     /// state's coming back.
     pub protos: Vec<Arc<crate::value::Proto>>,
-    /// When a queued call stops waiting for a state.
-    pub acquire_deadline: Option<Instant>,
     /// Who to tell when the call finishes.
     pub subscribers: Subscribers,
     /// A [`Job::Map`] batch: how many items ran to the end, whose results are in `buf` (or, for
@@ -123,7 +121,6 @@ impl Default for Call {
                 func: Vec::new(),
                 buf: Vec::new(),
                 protos: Vec::new(),
-                acquire_deadline: None,
                 subscribers: Subscribers::None,
                 items_done: 0,
                 stream: None,
@@ -166,10 +163,14 @@ impl Call {
         if !d.protos.is_empty() {
             drop_protos(&mut d.protos);
         }
-        d.acquire_deadline = None;
-        d.subscribers = Subscribers::None;
+        // most calls had no subscriber: nothing to drop
+        if !matches!(d.subscribers, Subscribers::None) {
+            d.subscribers = Subscribers::None;
+        }
         d.items_done = 0;
-        d.stream = None;
+        if d.stream.is_some() {
+            d.stream = None;
+        }
     }
 
     #[inline]

@@ -662,3 +662,58 @@ pub unsafe extern "C-unwind" fn append_writer(
     };
     0
 }
+
+impl State {
+    /// The main thread of this state's universe, for [`State::hook_mark_with`]: it lives as long
+    /// as the state. Null on Lua 5.1 and LuaJIT, which have no public way to reach it (and if
+    /// the registry's entry for it was replaced by something else).
+    pub fn main_thread(self) -> *mut lua_State {
+        #[cfg(not(any(feature = "lua51", feature = "luajit")))]
+        // SAFETY: as for `top`; `lua_rawgeti` on the registry reads without metamethods or
+        // allocation, and a C function has the slot (`LUA_MINSTACK`). The thread found is
+        // alive while it is on this stack; `lua_pushthread` on it (with room made first, which
+        // answers false rather than raising on 5.2+) says whether it is the main thread, which
+        // lives as long as the state, and is popped at once.
+        unsafe {
+            ffi::lua_rawgeti(self.0, ffi::LUA_REGISTRYINDEX, ffi::LUA_RIDX_MAINTHREAD);
+            let mut main = ffi::lua_tothread(self.0, -1);
+            if !main.is_null() {
+                let is_main = ffi::lua_checkstack(main, 1) != 0 && {
+                    let is_main = ffi::lua_pushthread(main) == 1;
+                    ffi::lua_settop(main, -2);
+                    is_main
+                };
+                if !is_main {
+                    main = std::ptr::null_mut();
+                }
+            }
+            ffi::lua_settop(self.0, -2);
+            main
+        }
+        #[cfg(any(feature = "lua51", feature = "luajit"))]
+        std::ptr::null_mut()
+    }
+
+    /// [`State::hook_mark`] given this universe's [`State::main_thread`]: the same mark without
+    /// asking Lua which thread is the main one.
+    ///
+    /// # Safety
+    /// `main` is null or the main thread of this state's universe.
+    #[inline]
+    pub unsafe fn hook_mark_with(self, main: *mut lua_State) -> HookMark {
+        let own = self.own_hook();
+        let main = if main.is_null() || main == self.0 {
+            None
+        } else {
+            // SAFETY: `main` is the main thread of this state's universe (the contract), which
+            // lives as long as the state; reading its hook changes nothing.
+            unsafe {
+                Some((
+                    ffi::lua_gethook(main).map(|h| h as usize),
+                    ffi::lua_gethookmask(main),
+                ))
+            }
+        };
+        HookMark { own, main }
+    }
+}

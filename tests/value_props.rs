@@ -482,3 +482,91 @@ fn table_keys_lua_cannot_store_are_refused_before_anything_is_pushed() {
         st.set_top(top);
     }
 }
+
+/// `push_scalars` (the host's unprotected push of results) pushes what the decoder pushes for a
+/// message of at most `max` nils, booleans, numbers and light userdata, and for any other message
+/// (strings, tables, more values, truncated, trailing or mutated bytes) pushes nothing.
+#[test]
+fn push_scalars_pushes_what_the_decoder_does_or_nothing() {
+    use vmpool::testing::value::push_scalars;
+    let h = host();
+    let st = h.st;
+    let mut r = Rng(0x5EED_0007);
+    let (mut pushed, mut declined) = (0, 0);
+    for case in 0..20_000 {
+        let n = r.below(20) as usize;
+        let mut values: Vec<Value> = (0..n)
+            .map(|_| match r.below(12) {
+                0 => Value::Nil,
+                1 if r.chance(30) => Value::Table(vec![], vec![]),
+                _ => match random_scalar(&mut r) {
+                    Value::Str(_) if r.chance(80) => Value::Int(r.next() as i64),
+                    v => v,
+                },
+            })
+            .collect();
+        if r.chance(5) {
+            values.clear();
+        }
+        let mut buf = Vec::new();
+        encode_rust(&values, &mut buf);
+        if r.chance(20) && !buf.is_empty() {
+            let i = r.below(buf.len() as u64) as usize;
+            match r.below(3) {
+                0 => buf.truncate(i),
+                1 => buf.push(r.below(16) as u8),
+                _ => buf[i] = r.below(16) as u8,
+            }
+        }
+        let top = st.top();
+        let max = 16;
+        match push_scalars(st, &buf, max) {
+            Some(k) => {
+                pushed += 1;
+                assert_eq!(st.top(), top + k, "case {case}");
+                let mut out = Vec::new();
+                encode_values(st, top + 1, k, &mut out, Role::Result(b"f")).expect("encodes");
+                st.set_top(top);
+                let expected = push_values(st, &buf).expect("the decoder accepts it too");
+                assert_eq!(expected, k, "case {case}");
+                let mut again = Vec::new();
+                encode_values(st, top + 1, k, &mut again, Role::Result(b"f")).expect("encodes");
+                assert!(k as usize <= max, "case {case}");
+                assert_eq!(decode(&out), decode(&again), "case {case}: {values:?}");
+                assert!(decode(&out).iter().all(|v| matches!(
+                    v,
+                    Value::Nil | Value::Bool(_) | Value::Int(_) | Value::Float(_) | Value::Light(_)
+                )));
+            }
+            None => {
+                declined += 1;
+                assert_eq!(st.top(), top, "case {case}: declined, yet pushed");
+                let scalars = decode_values(&buf, &mut RustSink::default())
+                    .ok()
+                    .filter(|&c| c as usize <= max)
+                    .map(|_| decode(&buf))
+                    .is_some_and(|v| {
+                        v.iter().all(|v| {
+                            matches!(
+                                v,
+                                Value::Nil
+                                    | Value::Bool(_)
+                                    | Value::Int(_)
+                                    | Value::Float(_)
+                                    | Value::Light(_)
+                            )
+                        })
+                    });
+                assert!(
+                    !scalars,
+                    "case {case}: a message of scalars was declined: {values:?}"
+                );
+            }
+        }
+        st.set_top(top);
+    }
+    assert!(
+        pushed > 2000 && declined > 2000,
+        "{pushed} pushed, {declined} declined"
+    );
+}

@@ -12,7 +12,7 @@ use crate::call::{Call, Waited};
 use crate::chunk::Chunk;
 use crate::host::userdata;
 use crate::lua::protect::{decode_protected, protected};
-use crate::lua::{HookMark, State};
+use crate::lua::{lua_State, HookMark, State};
 use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
 use crate::spin::AdaptiveSpin;
@@ -47,16 +47,43 @@ thread_local! {
 pub struct HostWait {
     st: State,
     mark: Option<HookMark>,
+    /// The universe's main thread if the caller knows it (see [`State::hook_mark_with`]).
+    main: Option<*mut lua_State>,
 }
 
 impl HostWait {
     pub fn new(st: State) -> HostWait {
-        HostWait { st, mark: None }
+        HostWait {
+            st,
+            mark: None,
+            main: None,
+        }
+    }
+
+    /// A wait by `st`, whose universe's main thread is `main` ([`State::main_thread`]): noting
+    /// the hooks then asks Lua nothing but them.
+    ///
+    /// # Safety
+    /// `main` is null or the main thread of `st`'s universe.
+    pub unsafe fn with_main(st: State, main: *mut lua_State) -> HostWait {
+        HostWait {
+            st,
+            mark: None,
+            main: Some(main),
+        }
+    }
+
+    fn hook_mark(&self) -> HookMark {
+        match self.main {
+            // SAFETY: `with_main`'s contract.
+            Some(main) => unsafe { self.st.hook_mark_with(main) },
+            None => self.st.hook_mark(),
+        }
     }
 
     /// The check a wait calls: the first call notes the hooks, later ones compare.
     pub fn changed(&mut self) -> bool {
-        let now = self.st.hook_mark();
+        let now = self.hook_mark();
         match self.mark {
             None => {
                 self.mark = Some(now);
@@ -97,7 +124,7 @@ impl HostWait {
         let doing = || doing.to_string();
         match protected(st, 0, doing, &mut |_| 0) {
             Err(e) => Some(e),
-            Ok(_) if self.mark.is_some_and(|m| m.main_changed(&st.hook_mark())) => {
+            Ok(_) if self.mark.is_some_and(|m| m.main_changed(&self.hook_mark())) => {
                 Some(Error::Interrupted {
                     doing: doing(),
                     raised: "a signal hook is pending on the main thread".into(),
@@ -111,6 +138,8 @@ impl HostWait {
 /// What the pool userdata holds.
 pub struct PoolHandle {
     pub pool: Arc<Pool>,
+    /// The main thread of the host state that made the pool (see [`HostWait::with_main`]).
+    pub(super) main: *mut lua_State,
     /// The chunk named by the last call, valid while the registry epoch is unchanged.
     pub(super) last_chunk: Option<(u64, Arc<Chunk>)>,
     /// Finished calls kept for reuse, so a call allocates nothing in the steady state.
@@ -195,14 +224,10 @@ impl PoolHandle {
                 let d = c.data.get_mut();
                 d.func.extend_from_slice(func);
                 d.chunk = Some(chunk);
-                let first = base + 2;
-                match self.encoder.encode(
-                    st,
-                    first,
-                    st.top() - first + 1,
-                    &mut d.buf,
-                    Role::Argument(func),
-                ) {
+                match self
+                    .encoder
+                    .encode(st, base + 2, nargs, &mut d.buf, Role::Argument(func))
+                {
                     Ok(()) => {
                         self.encoder.move_protos(&mut d.protos);
                         Ok(())
@@ -276,20 +301,16 @@ impl PoolHandle {
 }
 
 /// Stack slots that encoding nested tables needs: two per level and the encoder's margin.
+#[cfg(any(feature = "lua51", feature = "luajit"))]
 const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 
 /// Encoding table and function arguments grows the stack, which raises "not enough memory" on
 /// Lua 5.1 and LuaJIT when it cannot: make that room first, protected, if any argument from
-/// `first` on is a table or a function (the encoder's own checks then find it there). Lua 5.2 to
-/// 5.4 grow the stack inside `lua_checkstack`'s own protected call and answer false instead of
-/// raising, so there the room is asked for directly.
+/// `first` on is a table or a function (the encoder's own checks then find it there).
+#[cfg(any(feature = "lua51", feature = "luajit"))]
 fn reserve_encoding_stack(st: State, first: c_int) -> Result<(), Error> {
     let nests = |t| t == crate::lua::TTABLE || t == crate::lua::TFUNCTION;
     if !(first..=st.top()).any(|i| nests(st.type_of(i))) {
-        return Ok(());
-    }
-    if cfg!(not(any(feature = "lua51", feature = "luajit"))) {
-        st.check_stack(ENCODE_STACK);
         return Ok(());
     }
     protected(
@@ -304,6 +325,14 @@ fn reserve_encoding_stack(st: State, first: c_int) -> Result<(), Error> {
     .map(|_| ())
 }
 
+/// Lua 5.2 to 5.5 grow the stack inside `lua_checkstack`'s own protected call and answer false
+/// instead of raising: the encoder's own checks ask for the room each level needs.
+#[cfg(not(any(feature = "lua51", feature = "luajit")))]
+#[inline(always)]
+fn reserve_encoding_stack(_: State, _: c_int) -> Result<(), Error> {
+    Ok(())
+}
+
 /// "bad argument #`position` to `method`" for the value at stack slot `idx`.
 pub fn bad_arg(st: State, idx: c_int, position: c_int, method: &str, expected: &str) -> Error {
     Error::BadArgument(format!(
@@ -315,11 +344,12 @@ pub fn bad_arg(st: State, idx: c_int, position: c_int, method: &str, expected: &
 
 /// Results pushed without a protected call when they are all scalars (see
 /// [`value::push_scalars`]): a host C function starts with `LUA_MINSTACK` (20) free slots above
-/// its arguments, and its caller has dropped them but for the objects it holds (at most two).
+/// its arguments, and its stack is no higher than that when it pushes the results.
 const UNPROTECTED_RESULTS: usize = 16;
 
 /// Pushes the results of a finished call (or returns its error). Called by a host C function
-/// whose stack holds only the objects it holds (`userdata::hold`: their slots keep them alive).
+/// whose stack is no higher than when it was called (it may have dropped arguments, never the
+/// objects it holds: `userdata::hold`'s slots keep them alive).
 /// No lock is held while the results are pushed, and pushing runs protected unless nothing needs
 /// allocating: allocating can run finalizers, which may raise or wait on this very call.
 pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
@@ -332,10 +362,6 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
             ))
         }
     };
-    debug_assert!(
-        st.top() <= 2,
-        "push_outcome needs a stack of held objects only"
-    );
     if let Some(n) = value::push_scalars(st, buf, UNPROTECTED_RESULTS) {
         return Ok(n);
     }

@@ -35,6 +35,7 @@ fn new_pool_impl(st: State) -> Result<c_int, Error> {
     let pool = Pool::new(cfg)?;
     let h = PoolHandle {
         pool,
+        main: st.main_thread(),
         last_chunk: None,
         cache: CallCache::default(),
         encoder: value::Encoder::default(),
@@ -86,15 +87,17 @@ fn unload_impl(st: State) -> Result<c_int, Error> {
 crate::lua_function!(pub fn invoke => invoke_impl);
 fn invoke_impl(st: State) -> Result<c_int, Error> {
     crate::hold!(h = handle(st));
+    // the arguments stay on the stack: `push_outcome` pushes the results above them
     let call = h.prepare(st, "invoke")?;
-    st.set_top(1);
     if let Err(e) = h.pool.submit(call.clone()) {
         h.recycle(call);
         return Err(e);
     }
     if !call.is_done() {
         h.pool.note_host_cpu();
-        let mut waiting = HostWait::new(st);
+        // SAFETY: `h.main` is the main thread of the state that made the pool, and a userdata
+        // belongs to one state: `st` is one of its threads.
+        let mut waiting = unsafe { HostWait::with_main(st, h.main) };
         while waiting.call(&call, None) != Waited::Done {
             if let Some(e) = waiting.interrupt_error("pool:invoke()") {
                 // Nobody can wait for this call again: a queued one is dropped, a running one

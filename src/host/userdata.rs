@@ -123,10 +123,12 @@ pub fn push<T: Tagged>(st: State, value: T, mt: c_int) -> Result<(), crate::Erro
 /// The `Boxed<T>` at `idx` if it is one.
 #[inline]
 fn block<T: Tagged>(st: State, idx: c_int) -> Option<*mut Boxed<T>> {
-    if st.type_of(idx) != ffi::LUA_TUSERDATA || st.raw_len(idx) != std::mem::size_of::<Boxed<T>>() {
+    // only userdata have an address here; of those, light userdata have length 0 (and the raw
+    // length of anything else could convert a number in place on Lua 5.1, so it comes second)
+    let p = st.to_userdata(idx) as *mut Boxed<T>;
+    if p.is_null() || st.raw_len(idx) != std::mem::size_of::<Boxed<T>>() {
         return None;
     }
-    let p = st.to_userdata(idx) as *mut Boxed<T>;
     // SAFETY: the block is a full userdata of exactly `size_of::<Boxed<T>>()` bytes, aligned as
     // Lua aligns userdata (checked in `push`), so reading its first word is in bounds; only
     // `push::<T>` writes `T::TAG` there, so a match means the block holds a `Boxed<T>`, kept

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::call::{deadline_after, Call, Outcome, ASSIGNED, CLAIMED, QUEUED, RUNNING};
+use crate::call::{Call, Outcome, ASSIGNED, CLAIMED, QUEUED, RUNNING};
 use crate::config::Config;
 use crate::mailbox::Mailbox;
 use crate::Error;
@@ -151,9 +151,11 @@ pub struct Ledger {
     idle_core: Vec<Arc<Mailbox>>,
     /// Idle non-core states with the time they went idle, oldest first.
     idle_noncore: VecDeque<(Arc<Mailbox>, Instant)>,
-    /// Calls waiting for a state. Cancelled or timed-out calls stay until a worker or the idle
-    /// check pops them (`waiting_live` counts only the live ones).
-    waiting: VecDeque<Arc<Call>>,
+    /// Calls waiting for a state, each with when it was queued ([`crate::clock::now`] ticks,
+    /// read only with an `acquire_timeout`: cheaper than an `Instant`). Cancelled or timed-out
+    /// calls stay until a worker or the idle check pops them (`waiting_live` counts only the
+    /// live ones).
+    waiting: VecDeque<(Arc<Call>, u64)>,
     waiting_live: usize,
     live_core: usize,
     live_noncore: usize,
@@ -163,6 +165,8 @@ pub struct Ledger {
 
 impl Ledger {
     pub fn new(config: &Config) -> Ledger {
+        // the queue's ticks keep one meaning from here on (the clock is chosen once per process)
+        crate::clock::init();
         Ledger {
             sizing: Sizing {
                 core: config.core,
@@ -244,16 +248,20 @@ impl Ledger {
                 max_waiting: self.sizing.max_waiting,
             });
         }
-        let deadline = deadline_after(self.sizing.acquire_timeout);
-        call.data.lock().acquire_deadline = deadline;
+        let queued_at = match self.sizing.acquire_timeout {
+            Some(_) => crate::clock::now(),
+            None => 0,
+        };
         call.set_phase(QUEUED);
         let first = self.waiting_live == 0;
-        self.waiting.push_back(call.clone());
+        self.waiting.push_back((call.clone(), queued_at));
         self.waiting_live += 1;
         self.stats.peak_waiting = self.stats.peak_waiting.max(self.waiting_live);
-        Ok(Reserved::Queued {
-            first_deadline: deadline.filter(|_| first),
-        })
+        let first_deadline = match self.sizing.acquire_timeout {
+            Some(t) if first => Instant::now().checked_add(t),
+            _ => None,
+        };
+        Ok(Reserved::Queued { first_deadline })
     }
 
     /// Cancels a call that has not started. True if it was cancelled (it will never run): the
@@ -294,7 +302,7 @@ impl Ledger {
 
     /// The oldest live queued call, moved to `to`.
     fn take_queued(&mut self, to: u32) -> Option<Arc<Call>> {
-        while let Some(next) = self.waiting.pop_front() {
+        while let Some((next, _)) = self.waiting.pop_front() {
             if next.transition(QUEUED, to) {
                 self.waiting_live -= 1;
                 return Some(next);
@@ -382,30 +390,36 @@ impl Ledger {
     /// exit); returns them and when to look again.
     pub fn expire(&mut self, now: Instant) -> (Vec<Arc<Call>>, Vec<Arc<Mailbox>>, Option<Instant>) {
         let mut expired = Vec::new();
-        // FIFO with one timeout, so the oldest live queued call has the earliest deadline
-        while let Some(front) = self.waiting.front() {
+        // FIFO with one timeout, so the oldest live queued call has the earliest deadline; `now`
+        // stands for the clock's present tick
+        let tick = crate::clock::now();
+        let left = |queued_at: u64, timeout: Duration| {
+            timeout.saturating_sub(Duration::from_nanos(crate::clock::nanos(
+                tick.saturating_sub(queued_at),
+            )))
+        };
+        let mut next = None;
+        while let Some((front, queued_at)) = self.waiting.front() {
             if front.phase() != QUEUED {
                 self.waiting.pop_front();
                 continue;
             }
-            let deadline = front.data.lock().acquire_deadline;
-            match deadline {
-                Some(d) if d <= now => {
-                    if let Some(call) = self.waiting.pop_front() {
-                        if call.transition(QUEUED, CLAIMED) {
-                            self.waiting_live -= 1;
-                            self.stats.timeouts += 1;
-                            expired.push(call);
-                        }
-                    }
+            let Some(timeout) = self.sizing.acquire_timeout else {
+                break;
+            };
+            let left = left(*queued_at, timeout);
+            if !left.is_zero() {
+                next = now.checked_add(left);
+                break;
+            }
+            if let Some((call, _)) = self.waiting.pop_front() {
+                if call.transition(QUEUED, CLAIMED) {
+                    self.waiting_live -= 1;
+                    self.stats.timeouts += 1;
+                    expired.push(call);
                 }
-                _ => break,
             }
         }
-        let mut next = self
-            .waiting
-            .front()
-            .and_then(|c| c.data.lock().acquire_deadline);
         let mut to_close = Vec::new();
         if let Some(idle) = self.sizing.idle_timeout {
             while let Some((_, since)) = self.idle_noncore.front() {
@@ -452,7 +466,7 @@ impl Ledger {
     /// the queued records of calls cancelled or timed out (a worker would drop them when it
     /// next looks at the queue). The states become idle again through [`Ledger::release`].
     pub fn reserve_idle(&mut self) -> Vec<Arc<Mailbox>> {
-        self.waiting.retain(|c| c.phase() == QUEUED);
+        self.waiting.retain(|(c, _)| c.phase() == QUEUED);
         let mut idle: Vec<Arc<Mailbox>> = std::mem::take(&mut self.idle_core);
         idle.extend(self.idle_noncore.drain(..).map(|(mb, _)| mb));
         self.busy += idle.len();

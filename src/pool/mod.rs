@@ -278,6 +278,7 @@ impl Pool {
     /// wakes the state's worker when dropped. Submitting several calls, keep the postings until
     /// all are filed: a worker woken by the first call would otherwise run it and go back to
     /// sleep (often on the submitter's CPU, preempting it) before the next one is queued.
+    #[inline]
     pub fn submit_later(self: &Arc<Pool>, call: Arc<Call>) -> Result<Option<Posting>, Error> {
         call.submitted
             .store(crate::clock::now(), std::sync::atomic::Ordering::Relaxed);
@@ -318,6 +319,13 @@ impl Pool {
         if let Some(w) = &self.watchdog {
             w.shut_down();
         }
+    }
+
+    /// Runs `f` with the pool's lock held (tests: a fork while a pool thread holds it).
+    #[doc(hidden)]
+    pub fn with_lock_held<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _held = self.inner.lock();
+        f()
     }
 
     /// Cancels a call that has not started. True if it was cancelled (it will never run).

@@ -1,5 +1,5 @@
 //! The decoder: reads a message (the format in `mod.rs`) into a [`Sink`]: the Lua stack
-//! ([`LuaSink`]), Rust values (`rust.rs`), or a check that pushes nothing ([`push_scalars`]).
+//! ([`LuaSink`]) or Rust values (`rust.rs`); [`push_scalars`] pushes a message of scalars alone.
 //! Written to never panic and never trust its input (it is fuzzed, see `fuzz/`): every read is
 //! bounds-checked, counts are checked against the bytes left, table keys that Lua cannot store
 //! (nil, NaN) are refused, and a function's prototype is only ever taken from the list beside the
@@ -444,61 +444,50 @@ pub fn push_message(
 /// of the host's instructions per future). The caller must have `max` free stack slots without
 /// asking Lua for them (asking may grow the stack, which allocates).
 pub fn push_scalars(st: State, buf: &[u8], max: usize) -> Option<c_int> {
-    // the whole message through the decoder first: one that does not qualify leaves the stack as
-    // it was
-    let count = decode_values(buf, &mut ScalarCheck { max }).ok()?;
-    let mut r = Reader::new(buf, 4);
-    let mut sink = LuaSink::new(st);
-    for _ in 0..count {
-        // checked above: every value parses and is a scalar (no `reserve`: it may grow the stack)
-        let _ = decode_one(&mut r, &mut sink, 0);
+    let (head, mut rest) = buf.split_first_chunk::<4>()?;
+    let count = u32::from_le_bytes(*head) & !HAS_FUNCTIONS;
+    if count as usize > max {
+        return None;
+    }
+    // A scalar is a tag and a fixed-size payload: pushed as they come, and popped again if a
+    // later value does not qualify (pushing and popping scalars allocates nothing).
+    for pushed in 0..count {
+        let Some(after) = push_scalar(st, rest) else {
+            if pushed > 0 {
+                st.pop(pushed as c_int);
+            }
+            return None;
+        };
+        rest = after;
+    }
+    if !rest.is_empty() {
+        if count > 0 {
+            st.pop(count as c_int);
+        }
+        return None;
     }
     Some(count as c_int)
 }
 
-/// Stores nothing; refuses more than `max` values and every value whose push allocates (strings
-/// and tables), so that [`push_scalars`] knows before pushing anything.
-struct ScalarCheck {
-    max: usize,
-}
-
-const NOT_SCALARS: Corrupt = Corrupt("not scalars only");
-
-impl Sink for ScalarCheck {
-    fn reserve(&mut self, n: u32) -> Result<(), Corrupt> {
-        if n as usize > self.max {
-            return Err(NOT_SCALARS);
+/// Pushes the scalar `bytes` starts with and returns the bytes after it; pushes nothing for
+/// anything else (or a value cut short).
+#[inline(always)]
+fn push_scalar(st: State, bytes: &[u8]) -> Option<&[u8]> {
+    let (&tag, after) = bytes.split_first()?;
+    match tag {
+        TAG_NIL => st.push_nil(),
+        TAG_FALSE | TAG_TRUE => st.push_bool(tag == TAG_TRUE),
+        TAG_INT | TAG_FLOAT | TAG_LIGHT => {
+            let (word, after) = after.split_first_chunk::<8>()?;
+            let word = u64::from_le_bytes(*word);
+            match tag {
+                TAG_INT => st.push_integer(word as i64),
+                TAG_FLOAT => st.push_number(f64::from_bits(word)),
+                _ => st.push_light_userdata(light_address(word).ok()? as *mut c_void),
+            }
+            return Some(after);
         }
-        Ok(())
+        _ => return None,
     }
-    fn nil(&mut self) -> Result<(), Corrupt> {
-        Ok(())
-    }
-    fn boolean(&mut self, _: bool) -> Result<(), Corrupt> {
-        Ok(())
-    }
-    fn integer(&mut self, _: i64) -> Result<(), Corrupt> {
-        Ok(())
-    }
-    fn float(&mut self, _: f64) -> Result<(), Corrupt> {
-        Ok(())
-    }
-    fn string(&mut self, _: &[u8]) -> Result<(), Corrupt> {
-        Err(NOT_SCALARS)
-    }
-    fn light_userdata(&mut self, address: u64) -> Result<(), Corrupt> {
-        light_address(address).map(drop)
-    }
-    fn begin_table(&mut self, _: u32, _: u32) -> Result<(), Corrupt> {
-        Err(NOT_SCALARS)
-    }
-    fn set_index(&mut self, _: u32) -> Result<(), Corrupt> {
-        Err(NOT_SCALARS)
-    }
-    fn set_pair(&mut self) -> Result<(), Corrupt> {
-        Err(NOT_SCALARS)
-    }
-    fn reference(&mut self, _: u32) -> Result<(), Corrupt> {
-        Err(NOT_SCALARS)
-    }
+    Some(after)
 }

@@ -245,7 +245,8 @@ impl Encoder {
         };
         for i in 0..count {
             // a failing table restores the stack itself (see `Writer::table`)
-            w.value(st, first + i, 0)
+            let idx = first + i;
+            w.typed(st, idx, st.type_of(idx), 0)
                 .map_err(|r| describe(role, i + 1, *r))?;
         }
         if self.fns.used {
