@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int};
 
 use mlua::ffi;
 
-use super::{Failure, RunCtx, Step, CHUNKS, ENCODE_STACK};
+use super::{Failure, RunCtx, Step, CHUNKS, ENCODE_STACK, FUNC_NAME, LOOKUP_ENV, LOOKUP_RETURNED};
 use crate::lua::{State, TFUNCTION, TNIL, TTABLE};
 use crate::value;
 
@@ -113,6 +113,11 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
         }
         Step::Load => {
             load_chunk(st, ctx.chunk_id);
+            return 0;
+        }
+        Step::Reserve => {
+            // false means the stack's size limit (Lua 5.1, LuaJIT), which the encoder reports
+            st.check_stack(ENCODE_STACK);
             return 0;
         }
         Step::PushCallee => {
@@ -288,6 +293,33 @@ fn find_function(st: State, chunks: c_int, id: i64, name: c_int) -> Result<(), b
     st.raw_get(-2);
     st.replace(-2);
     check_callable(st, returned_table)
+}
+
+/// The direct call's lookup (see `Child::call_direct`): pushes the function the name in slot
+/// `FUNC_NAME` names, found as [`find_function`] finds it in the tables of the lookup slots
+/// (`returned`: the chunk returned a table), if it is a Lua or C function; pushes nothing and
+/// returns false otherwise (no such function, or a callable table: the trampoline then finds it
+/// again, and fails or calls it). Runs outside any protected call: raw gets and copies only,
+/// which neither allocate nor raise; needs 1 free stack slot.
+pub(super) fn push_named_function(st: State, returned: bool) -> bool {
+    if returned {
+        st.push_value(FUNC_NAME);
+        match st.raw_get(LOOKUP_RETURNED) {
+            TFUNCTION => return true,
+            TNIL => st.pop(1),
+            _ => {
+                st.pop(1);
+                return false;
+            }
+        }
+    }
+    st.push_value(FUNC_NAME);
+    if st.raw_get(LOOKUP_ENV) == TFUNCTION {
+        true
+    } else {
+        st.pop(1);
+        false
+    }
 }
 
 fn check_callable(st: State, returned_table: bool) -> Result<(), bool> {

@@ -8,10 +8,13 @@
 //! Stack layout at rest (the state's main thread): slot 1 the message handler (adds a traceback),
 //! slot 2 the call trampoline (a C closure over slot 3), slot 3 the table of loaded chunks
 //! (`chunk id -> table the chunk returned | false`, `-id -> the chunk's environment`, `0 -> the
-//! environments' shared metatable`), slot 4 the last function name. A call pushes
-//! the trampoline, a pointer to its [`RunCtx`] and the function name, and runs it under
-//! `lua_pcall`, so every Lua error (including running out of memory while decoding the arguments)
-//! lands in one place.
+//! environments' shared metatable`), slot 4 the last function name, slots 5 and 6 what the last
+//! chunk called by name returned and its environment (the tables a name is looked up in, see
+//! [`Lookup`]). A call whose arguments are a few scalars pushes the function it names and its
+//! arguments and runs it under `lua_pcall` with the message handler ([`Child::call_direct`]);
+//! any other call pushes the trampoline, a pointer to its [`RunCtx`] and the function name, and
+//! runs it under `lua_pcall`, so every Lua error (including running out of memory while decoding
+//! the arguments) lands in one place.
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
@@ -26,7 +29,7 @@ use crate::chunk::{Chunk, Chunks};
 use crate::config::Config;
 use crate::error::lua_number;
 use crate::int_hash::IntSet;
-use crate::lua::{State, TTABLE};
+use crate::lua::{State, TFUNCTION, TTABLE};
 use crate::state_heap::OwnedState;
 use crate::value::{self, Role};
 use crate::Error;
@@ -47,7 +50,16 @@ const CHUNKS: c_int = 3;
 /// The name of the function called last, kept as a Lua string: most calls name the same function
 /// as the one before, and pushing the kept string is much cheaper than interning it again.
 const FUNC_NAME: c_int = 4;
-const BASE: c_int = 4;
+/// What chunk [`Lookup::chunk`] returned (its table, else `false`) and its environment: a call
+/// by name looks there without first finding them in the table of loaded chunks.
+const LOOKUP_RETURNED: c_int = 5;
+const LOOKUP_ENV: c_int = 6;
+const BASE: c_int = 6;
+
+/// Most arguments a direct call pushes (see [`Child::call_direct`]). The state's main thread
+/// keeps the room for them and the function from its creation on (`Child::new`), so pushing
+/// them never grows its stack, which allocates and could raise outside a protected call.
+const DIRECT_ARGS: usize = 8;
 
 /// Most results one call may return: what the host can push onto its stack in one C call (Lua 5.1
 /// and LuaJIT allow 8,000 slots per C call, Lua 5.4 and 5.5 a million per thread), less a margin.
@@ -56,6 +68,13 @@ const MAX_RESULTS: c_int = if cfg!(any(feature = "lua51", feature = "luajit")) {
 } else {
     900_000
 };
+
+/// How a call ended, for the worker: `Ok(())` when it succeeded (its results are in the call's
+/// buffer) and the state carries on; else its outcome and whether the state must be replaced,
+/// boxed, so that the common case moves one word through the layers instead of an `Outcome`.
+pub type Ran = Result<(), Failed>;
+/// A call's outcome other than plain success, and whether the state must be replaced.
+pub type Failed = Box<(Outcome, bool)>;
 
 pub struct Child {
     /// Owns the state; dropping it closes the state.
@@ -80,6 +99,9 @@ pub struct Child {
     slot_is_callee: bool,
     /// The running batch calls the function in slot `FUNC_NAME`.
     batch_callee: bool,
+    /// The last call was direct: the stack room to encode nested results is not made yet.
+    unreserved: bool,
+    lookup: Lookup,
     /// The prototypes of the functions in the running call's arguments (see `value/func.rs`).
     protos: Vec<Arc<value::Proto>>,
     /// Where a map batch's results are written while its items are read (empty until this state
@@ -87,6 +109,17 @@ pub struct Child {
     batch_out: Vec<u8>,
     time_limit: Option<Duration>,
     memory_limit: Option<usize>,
+}
+
+/// Which chunk's tables slots `LOOKUP_RETURNED` and `LOOKUP_ENV` hold. Those tables are fixed
+/// while the chunk is loaded (only `load_chunk` and `forget_chunk` change the loaded chunks'
+/// entries, and `Child::forget` empties the slots): their contents are read at each call.
+#[derive(Clone, Copy, Default)]
+struct Lookup {
+    /// The chunk's id; 0 (the anonymous chunk, never looked up) when the slots hold nothing.
+    chunk: u64,
+    /// The chunk returned a table.
+    returned: bool,
 }
 
 /// The chunk versions a state has loaded (a set: a state may hold thousands, and every call asks),
@@ -127,6 +160,9 @@ enum Step {
     Load,
     /// Decode a map's function (`args` is its message) and return it.
     PushCallee,
+    /// Make the stack room that encoding the results above needs (Lua 5.1 and LuaJIT raise
+    /// when they cannot grow it: see `Child::direct_results`).
+    Reserve,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -156,7 +192,10 @@ impl Child {
         let stop = stop.clone();
         let heap = OwnedState::new()?;
         let st = heap.state();
-        if !st.check_stack(8) {
+        // the four slots at rest, a direct call's function and arguments, and 2 for lookups;
+        // the stack never shrinks below what is reserved here (every Lua keeps the room up to
+        // its base frame's top, LuaJIT at least its initial 40 slots)
+        if !st.check_stack(BASE + 3 + DIRECT_ARGS as c_int) {
             return Err(Error::Spawn("no Lua stack space".into()));
         }
         st.push_cclosure(MESSAGE_HANDLER, 0);
@@ -165,6 +204,8 @@ impl Child {
         st.push_cclosure(TRAMPOLINE_FN, 1);
         st.insert(TRAMPOLINE);
         st.push_str("");
+        st.push_nil();
+        st.push_nil();
 
         // The buffers are allocated up front, so that what a state holds natively does not depend
         // on what it has run (the soak's leak check compares it exactly: spec/soak/soak.lua).
@@ -190,6 +231,8 @@ impl Child {
             fns: value::FnCache::default(),
             slot_is_callee: false,
             batch_callee: false,
+            unreserved: false,
+            lookup: Lookup::default(),
             protos: Vec::new(),
             batch_out: Vec::new(),
             time_limit: cfg.time_limit,
@@ -399,9 +442,9 @@ end
         result
     }
 
-    /// Runs `call` (which is RUNNING and owned by this worker). Returns its outcome and whether
-    /// the state must be replaced (a limit was hit).
-    pub fn run(&mut self, chunks: &Chunks, call: &Arc<Call>) -> (Outcome, bool) {
+    /// Runs `call` (which is RUNNING and owned by this worker). Returns how it ended (see
+    /// [`Ran`]).
+    pub fn run(&mut self, chunks: &Chunks, call: &Arc<Call>) -> Ran {
         let epoch = chunks.epoch();
         if epoch != self.chunk_epoch {
             self.drop_stale_chunks(chunks);
@@ -432,7 +475,7 @@ end
             data.buf = buf;
             data.chunk = chunk;
             std::mem::swap(&mut self.func, &mut data.func);
-            return (Outcome::Collected, replace);
+            return Err(Box::new((Outcome::Collected, replace)));
         }
         let map = job == Job::Map;
         let mut out = if map {
@@ -441,26 +484,29 @@ end
             Vec::new()
         };
         let mut items_done = 0;
-        let (outcome, replace) = match &chunk {
+        let ran = match &chunk {
             Some(chunk) => {
                 self.arm(call);
-                let result = match self.ensure_loaded(chunks, chunk) {
+                let ran = match self.ensure_loaded(chunks, chunk) {
                     Ok(kept) => {
-                        let result = if map {
+                        let ran = if map {
                             let (outcome, replace, done) =
                                 self.run_batch(chunk, call, &buf, &mut out);
                             self.batch_callee = false;
                             items_done = done;
-                            (outcome, replace)
+                            match (outcome, replace) {
+                                (Outcome::Ok, false) => Ok(()),
+                                failed => Err(Box::new(failed)),
+                            }
                         } else {
                             self.call(chunk, &mut buf)
                         };
                         if !kept {
-                            forget_chunk(self.st, chunk.id);
+                            self.forget(chunk.id);
                         }
-                        result
+                        ran
                     }
-                    Err(failed) => failed,
+                    Err(failed) => Err(failed),
                 };
                 // The hook stops a coroutine that runs too long, but the function that resumed
                 // it may swallow the error and return before the hook fires in its own thread;
@@ -468,21 +514,31 @@ end
                 // count: a call that tripped a limit or ended past its deadline fails whatever
                 // it returned.
                 self.limits.trip_if_past_deadline();
-                let result = if !result.1 && self.limits.tripped.get() != Trip::None {
+                let replacing = matches!(&ran, Err(failed) if failed.1);
+                let ran = if !replacing && self.limits.tripped.get() != Trip::None {
                     let function = String::from_utf8_lossy(&self.func).into_owned();
-                    self.limit_outcome(&chunk.name, &function).unwrap_or(result)
+                    match self.limit_outcome(&chunk.name, &function) {
+                        Some(tripped) => Err(Box::new(tripped)),
+                        None => ran,
+                    }
                 } else {
-                    result
+                    ran
                 };
                 self.disarm();
-                result
+                ran
             }
-            None => (
+            None => Err(Box::new((
                 Outcome::Err(Error::Internal("call without a chunk".into())),
                 false,
-            ),
+            ))),
         };
-        let replace = replace || self.collect_uncounted(call);
+        let ran = match ran {
+            Err(failed) if failed.1 => Err(failed),
+            ran if self.collect_uncounted(call) => {
+                Err(Box::new((ran.err().map_or(Outcome::Ok, |f| f.0), true)))
+            }
+            ran => ran,
+        };
         if map {
             // the results go back in the call; the items' buffer is kept for the next batch
             std::mem::swap(&mut buf, &mut out);
@@ -499,7 +555,7 @@ end
         data.items_done = items_done;
         std::mem::swap(&mut self.func, &mut data.func);
         self.encoder.move_protos(&mut data.protos);
-        (outcome, replace)
+        ran
     }
 
     /// Lua 5.5 builds the strings of `luaL_Buffer` (`string.rep`, `table.concat`, `string.format`,
@@ -570,7 +626,7 @@ end
     /// Loads `chunk` unless this state has it. Returns whether the state keeps it: a version
     /// already replaced when it is first loaded (its call was submitted before the recompile)
     /// runs once and is forgotten, since the log of removals has gone past it.
-    fn ensure_loaded(&mut self, chunks: &Chunks, chunk: &Chunk) -> Result<bool, (Outcome, bool)> {
+    fn ensure_loaded(&mut self, chunks: &Chunks, chunk: &Chunk) -> Result<bool, Failed> {
         if chunk.id == crate::chunk::ANONYMOUS || self.loaded.ids.contains(&chunk.id) {
             return Ok(true);
         }
@@ -593,13 +649,53 @@ end
                 message,
             });
             st.set_top(BASE);
-            return Err(f);
+            return Err(Box::new(f));
+        }
+        if self.lookup.chunk == chunk.id {
+            self.forget_lookup();
         }
         let kept = chunks.registry().contains_id(chunk.id);
         if kept {
             self.loaded.ids.insert(chunk.id);
         }
         Ok(kept)
+    }
+
+    /// Drops loaded chunk `id` (see `in_state::forget_chunk`), and the lookup slots' hold on it.
+    fn forget(&mut self, id: u64) {
+        forget_chunk(self.st, id);
+        if self.lookup.chunk == id {
+            self.forget_lookup();
+        }
+    }
+
+    /// Empties the lookup slots (storing nil allocates nothing).
+    fn forget_lookup(&mut self) {
+        self.lookup = Lookup::default();
+        self.st.push_nil();
+        self.st.replace(LOOKUP_RETURNED);
+        self.st.push_nil();
+        self.st.replace(LOOKUP_ENV);
+    }
+
+    /// Fills the lookup slots with chunk `id`'s tables (loaded: see `ensure_loaded`). False if it
+    /// has no environment (it always has one once loaded).
+    #[cold]
+    fn fill_lookup(&mut self, id: u64) -> bool {
+        let st = self.st;
+        let returned = st.raw_geti(CHUNKS, id as i64) == TTABLE;
+        st.replace(LOOKUP_RETURNED);
+        if st.raw_geti(CHUNKS, -(id as i64)) != TTABLE {
+            st.pop(1);
+            self.forget_lookup();
+            return false;
+        }
+        st.replace(LOOKUP_ENV);
+        self.lookup = Lookup {
+            chunk: id,
+            returned,
+        };
+        true
     }
 
     /// Forgets the loaded versions the registry no longer has: those removed since this state
@@ -626,41 +722,62 @@ end
             }),
         }
         loaded.removals_seen = registry.removals();
+        // the chunk the lookup slots hold may be gone: they are filled again by the next call
+        self.forget_lookup();
     }
 
     /// Runs the call whose arguments are in `buf` and encodes its results into `buf`.
-    fn call(&mut self, chunk: &Chunk, buf: &mut Vec<u8>) -> (Outcome, bool) {
+    fn call(&mut self, chunk: &Chunk, buf: &mut Vec<u8>) -> Ran {
         let st = self.st;
-        let n = match self.run_function(chunk, buf) {
-            Ok(n) => n,
-            Err(failed) => return failed,
-        };
-        let outcome = if n > MAX_RESULTS {
-            Outcome::Err(Error::Unsupported(format!(
+        let n = self.run_function(chunk, buf)?;
+        if n > MAX_RESULTS {
+            st.set_top(BASE);
+            let e = Error::Unsupported(format!(
                 "cannot pass the results of '{}': it returned {n} values, more than the {MAX_RESULTS} that can cross at once on {} (return them in a table)",
                 String::from_utf8_lossy(&self.func),
                 crate::abi::RUNTIME
-            )))
-        } else {
-            buf.clear();
-            match self
-                .encoder
-                .encode(st, BASE + 1, n, buf, Role::Result(&self.func))
-            {
-                Ok(()) => Outcome::Ok,
-                Err(e) => Outcome::Err(e),
-            }
-        };
+            ));
+            return Err(Box::new((Outcome::Err(e), false)));
+        }
+        buf.clear();
+        let encoded = self.encode_results(chunk, n, buf);
         st.set_top(BASE);
-        (outcome, false)
+        encoded
+    }
+
+    /// Encodes `n` results above `BASE` (a call's, or a map item's first) into `out`: scalars
+    /// without the encoder's bookkeeping, anything else after making the stack room that
+    /// nested values need, if a direct call left that undone (see [`Child::reserve_results`]).
+    fn encode_results(&mut self, chunk: &Chunk, n: c_int, out: &mut Vec<u8>) -> Ran {
+        let st = self.st;
+        if self.encoder.encode_scalars(st, BASE + 1, n, out) {
+            return Ok(());
+        }
+        if std::mem::take(&mut self.unreserved) && !self.reserve_results() {
+            let function = String::from_utf8_lossy(&self.func).into_owned();
+            let failed = self.failure(ffi::LUA_ERRMEM, &chunk.name, &function, |message| {
+                Error::Runtime {
+                    chunk: chunk.name.clone(),
+                    function: function.clone(),
+                    message,
+                }
+            });
+            return Err(Box::new(failed));
+        }
+        match self
+            .encoder
+            .encode(st, BASE + 1, n, out, Role::Result(&self.func))
+        {
+            Ok(()) => Ok(()),
+            Err(e) => Err(Box::new((Outcome::Err(e), false))),
+        }
     }
 
     /// Calls the function this state's `func` names with the arguments encoded in `args`. On
     /// success its results are on the stack above `BASE` (the count is returned); on failure the
     /// stack is back at `BASE` and the outcome says why.
-    fn run_function(&mut self, chunk: &Chunk, args: &[u8]) -> Result<c_int, (Outcome, bool)> {
+    fn run_function(&mut self, chunk: &Chunk, args: &[u8]) -> Result<c_int, Failed> {
         let st = self.st;
-        let func_name = || String::from_utf8_lossy(&self.func).into_owned();
         let named = chunk.id != crate::chunk::ANONYMOUS;
         if named && (self.func != self.func_in_slot || self.slot_is_callee) {
             // a new string: protected (see `Step`)
@@ -669,41 +786,55 @@ end
             st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
             let rc = st.pcall(1, 1, MSGH);
             if rc != 0 {
-                let failed =
-                    self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
-                        chunk: chunk.name.clone(),
-                        function: func_name(),
-                        message,
-                    });
+                let function = String::from_utf8_lossy(&self.func).into_owned();
+                let failed = self.failure(rc, &chunk.name, &function, |message| Error::Runtime {
+                    chunk: chunk.name.clone(),
+                    function: function.clone(),
+                    message,
+                });
                 st.set_top(BASE);
-                return Err(failed);
+                return Err(Box::new(failed));
             }
             st.replace(FUNC_NAME);
             self.slot_is_callee = false;
             self.func_in_slot.clear();
             self.func_in_slot.extend_from_slice(&self.func);
         }
-        // Decoding the arguments allocates, which can hit the memory limit or run a finalizer
-        // the chunk left behind that raises: it runs inside the trampoline's protected call.
-        let mut ctx = RunCtx::new(Step::Call, args, chunk.id as i64);
-        ctx.protos = self.protos.as_slice();
-        ctx.fns = &mut self.fns;
-        ctx.callee_in_slot = self.batch_callee;
-        st.push_value(TRAMPOLINE);
-        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
-        st.push_value(FUNC_NAME);
-        let rc = st.pcall(2, ffi::LUA_MULTRET, MSGH);
-        let runtime = |message| Error::Runtime {
+        let (rc, failure, via_trampoline) = match self.call_direct(chunk, args) {
+            Some(rc) => (rc, Failure::None, false),
+            None => {
+                // Decoding the arguments allocates, which can hit the memory limit or run a
+                // finalizer the chunk left behind that raises: it runs inside the trampoline's
+                // protected call.
+                let mut ctx = RunCtx::new(Step::Call, args, chunk.id as i64);
+                ctx.protos = self.protos.as_slice();
+                ctx.fns = &mut self.fns;
+                ctx.callee_in_slot = self.batch_callee;
+                st.push_value(TRAMPOLINE);
+                st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+                st.push_value(FUNC_NAME);
+                (st.pcall(2, ffi::LUA_MULTRET, MSGH), ctx.failure, true)
+            }
+        };
+        let func_name = || String::from_utf8_lossy(&self.func).into_owned();
+        let runtime = |message: String| Error::Runtime {
             chunk: chunk.name.clone(),
             function: func_name(),
-            message,
+            // a direct call has no trampoline under the function: the same traceback either way
+            message: if via_trampoline {
+                without_trampoline(message)
+            } else {
+                message
+            },
         };
+        // the trampoline made the room to encode nested results; a direct call did not
+        self.unreserved = !via_trampoline;
         if rc != 0 {
             let failed = self.failure(rc, &chunk.name, &func_name(), runtime);
             st.set_top(BASE);
-            return Err(failed);
+            return Err(Box::new(failed));
         }
-        let failed = match ctx.failure {
+        let failed = match failure {
             Failure::None => return Ok(st.top() - BASE),
             Failure::NoFunction { global } => (
                 Outcome::Err(Error::NoFunction {
@@ -724,14 +855,64 @@ end
                 Outcome::Err(Error::Internal(format!("bad call message: {what}"))),
                 false,
             ),
+            // (`failure` reads no message for a memory error: none is pushed, which could raise)
             Failure::OutOfMemory => {
-                st.set_top(BASE);
-                st.push_str("not enough memory");
                 self.failure(ffi::LUA_ERRMEM, &chunk.name, &func_name(), runtime)
             }
         };
         st.set_top(BASE);
-        Err(failed)
+        Err(Box::new(failed))
+    }
+
+    /// The direct call: a call whose arguments are at most [`DIRECT_ARGS`] nil, booleans,
+    /// numbers or light userdata, of a function (not a callable table) found by name or in the
+    /// name's slot (a map's), runs under its own `lua_pcall` with the message handler, without
+    /// the trampoline's C frame. Finding the function (raw gets) and pushing such arguments
+    /// (into the room `Child::new` reserved) neither allocates nor raises, so it needs no
+    /// protection. Returns `lua_pcall`'s status, or `None` (stack at `BASE`) for any other call.
+    #[inline(always)]
+    fn call_direct(&mut self, chunk: &Chunk, args: &[u8]) -> Option<c_int> {
+        let st = self.st;
+        if self.batch_callee {
+            // `push_callee` checked that it is a function
+            st.push_value(FUNC_NAME);
+        } else if chunk.id == crate::chunk::ANONYMOUS
+            || (self.lookup.chunk != chunk.id && !self.fill_lookup(chunk.id))
+            || !in_state::push_named_function(st, self.lookup.returned)
+        {
+            return None;
+        }
+        match value::push_scalars(st, args, DIRECT_ARGS) {
+            Some(nargs) => Some(st.pcall(nargs, ffi::LUA_MULTRET, MSGH)),
+            None => {
+                st.set_top(BASE);
+                None
+            }
+        }
+    }
+
+    /// After a direct call, with its results above `BASE`: makes the stack room that encoding
+    /// nested results needs, as the trampoline does after its call (`in_state::results`), and
+    /// says whether there is. Lua 5.2 to 5.5 say no instead of raising; Lua 5.1 and LuaJIT
+    /// raise, so there it is made inside a protected call of the trampoline.
+    #[cold]
+    fn reserve_results(&self) -> bool {
+        let st = self.st;
+        let top = st.top();
+        if !(BASE + 1..=top).any(|i| matches!(st.type_of(i), TTABLE | TFUNCTION)) {
+            return true;
+        }
+        if cfg!(not(any(feature = "lua51", feature = "luajit"))) {
+            // (a refusal past 900,000 values is the stack's size limit, which the encoder reports)
+            return st.check_stack(ENCODE_STACK) || top - BASE >= 900_000;
+        }
+        let mut ctx = RunCtx::new(Step::Reserve, &[], 0);
+        st.push_value(TRAMPOLINE);
+        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
+        // the only error is a memory error; `failure` needs only its code
+        let ok = st.pcall(1, 0, 0) == 0;
+        st.set_top(top);
+        ok
     }
 
     /// The outcome of a call that tripped the time limit or was interrupted (the state must then
@@ -793,6 +974,17 @@ end
         };
         (Outcome::Err(runtime(message)), false)
     }
+}
+
+/// A call's error message without the traceback's last line, which is the trampoline's C frame
+/// (the bottom of the state's stack during the call), so that a call through the trampoline
+/// and a direct call show the same traceback.
+fn without_trampoline(mut message: String) -> String {
+    const FRAME: &str = "\n\t[C]: in ?";
+    if message.ends_with(FRAME) {
+        message.truncate(message.len() - FRAME.len());
+    }
+    message
 }
 
 /// Takes a call's prototypes for the state (rare: only calls that send functions have any).

@@ -254,6 +254,37 @@ impl Encoder {
         Ok(())
     }
 
+    /// Encodes as [`Encoder::encode`] does if the `count` values from `first` are all nil,
+    /// booleans, numbers or strings, and says whether it did (else `out` is as it was): most
+    /// calls return a few such values, and they need no table bookkeeping and no stack room.
+    pub fn encode_scalars(
+        &mut self,
+        st: State,
+        first: c_int,
+        count: c_int,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let start = out.len();
+        out.extend_from_slice(&(count.max(0) as u32).to_le_bytes());
+        let mut w = Writer {
+            reserved: false,
+            out,
+            start,
+            seen: &mut self.seen,
+            fns: &mut self.fns,
+        };
+        for idx in first..first + count {
+            let ty = st.type_of(idx);
+            if !matches!(ty, TNIL | TBOOLEAN | TNUMBER | TSTRING)
+                || w.typed(st, idx, ty, 0).is_err()
+            {
+                out.truncate(start);
+                return false;
+            }
+        }
+        true
+    }
+
     /// The prototypes the messages encoded since the last take refer to (they travel with them).
     pub fn take_protos(&mut self) -> Vec<Arc<Proto>> {
         std::mem::take(&mut self.fns.protos)
