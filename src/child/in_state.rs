@@ -207,7 +207,8 @@ fn results(st: State, ctx: &mut RunCtx) -> isize {
     // the encoder then reports, but usually no memory on Lua 5.2 to 5.4, which say no instead
     // of raising.)
     let n = st.top();
-    if (1..=n).any(|i| matches!(st.type_of(i), TTABLE | TFUNCTION))
+    ctx.nested = (1..=n).any(|i| matches!(st.type_of(i), TTABLE | TFUNCTION));
+    if ctx.nested
         && !st.check_stack(ENCODE_STACK)
         && cfg!(not(any(feature = "lua51", feature = "luajit")))
         && n < 900_000

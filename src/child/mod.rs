@@ -99,8 +99,8 @@ pub struct Child {
     slot_is_callee: bool,
     /// The running batch calls the function in slot `FUNC_NAME`.
     batch_callee: bool,
-    /// The last call was direct: the stack room to encode nested results is not made yet.
-    unreserved: bool,
+    /// What is known of the last call's results (see `encode_results`).
+    results: Results,
     lookup: Lookup,
     /// The prototypes of the functions in the running call's arguments (see `value/func.rs`).
     protos: Vec<Arc<value::Proto>>,
@@ -120,6 +120,17 @@ struct Lookup {
     chunk: u64,
     /// The chunk returned a table.
     returned: bool,
+}
+
+/// What is known of a call's results on the stack, for encoding them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Results {
+    /// The trampoline saw no table or function among them.
+    Flat,
+    /// The trampoline saw tables or functions among them, and made the room to encode them.
+    Nested,
+    /// A direct call's: not looked at, and no room made.
+    Unseen,
 }
 
 /// The chunk versions a state has loaded (a set: a state may hold thousands, and every call asks),
@@ -144,6 +155,8 @@ struct RunCtx {
     /// `pool:map(fn, list)`: the function is in the name's slot, the message holds only the
     /// arguments.
     callee_in_slot: bool,
+    /// Set by the trampoline after a call: whether the results hold tables or functions.
+    nested: bool,
 }
 
 /// What the trampoline does. Besides running the call, it does the few things a call needs that
@@ -231,7 +244,7 @@ impl Child {
             fns: value::FnCache::default(),
             slot_is_callee: false,
             batch_callee: false,
-            unreserved: false,
+            results: Results::Unseen,
             lookup: Lookup::default(),
             protos: Vec::new(),
             batch_out: Vec::new(),
@@ -748,12 +761,18 @@ end
     /// Encodes `n` results above `BASE` (a call's, or a map item's first) into `out`: scalars
     /// without the encoder's bookkeeping, anything else after making the stack room that
     /// nested values need, if a direct call left that undone (see [`Child::reserve_results`]).
+    #[inline(always)]
     fn encode_results(&mut self, chunk: &Chunk, n: c_int, out: &mut Vec<u8>) -> Ran {
-        let st = self.st;
-        if self.encoder.encode_scalars(st, BASE + 1, n, out) {
+        let seen = self.results;
+        if seen != Results::Nested && self.encoder.encode_scalars(self.st, BASE + 1, n, out) {
             return Ok(());
         }
-        if std::mem::take(&mut self.unreserved) && !self.reserve_results() {
+        self.encode_nested(chunk, seen, n, out)
+    }
+
+    #[inline(never)]
+    fn encode_nested(&mut self, chunk: &Chunk, seen: Results, n: c_int, out: &mut Vec<u8>) -> Ran {
+        if seen == Results::Unseen && !self.reserve_results() {
             let function = String::from_utf8_lossy(&self.func).into_owned();
             let failed = self.failure(ffi::LUA_ERRMEM, &chunk.name, &function, |message| {
                 Error::Runtime {
@@ -766,7 +785,7 @@ end
         }
         match self
             .encoder
-            .encode(st, BASE + 1, n, out, Role::Result(&self.func))
+            .encode(self.st, BASE + 1, n, out, Role::Result(&self.func))
         {
             Ok(()) => Ok(()),
             Err(e) => Err(Box::new((Outcome::Err(e), false))),
@@ -800,8 +819,9 @@ end
             self.func_in_slot.clear();
             self.func_in_slot.extend_from_slice(&self.func);
         }
-        let (rc, failure, via_trampoline) = match self.call_direct(chunk, args) {
-            Some(rc) => (rc, Failure::None, false),
+        // `nested`: what the trampoline saw of the results, `None` for a direct call
+        let (rc, failure, nested) = match self.call_direct(chunk, args) {
+            Some(rc) => (rc, Failure::None, None),
             None => {
                 // Decoding the arguments allocates, which can hit the memory limit or run a
                 // finalizer the chunk left behind that raises: it runs inside the trampoline's
@@ -813,8 +833,15 @@ end
                 st.push_value(TRAMPOLINE);
                 st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
                 st.push_value(FUNC_NAME);
-                (st.pcall(2, ffi::LUA_MULTRET, MSGH), ctx.failure, true)
+                let rc = st.pcall(2, ffi::LUA_MULTRET, MSGH);
+                (rc, ctx.failure, Some(ctx.nested))
             }
+        };
+        let via_trampoline = nested.is_some();
+        self.results = match nested {
+            Some(false) => Results::Flat,
+            Some(true) => Results::Nested,
+            None => Results::Unseen,
         };
         let func_name = || String::from_utf8_lossy(&self.func).into_owned();
         let runtime = |message: String| Error::Runtime {
@@ -827,8 +854,6 @@ end
                 message
             },
         };
-        // the trampoline made the room to encode nested results; a direct call did not
-        self.unreserved = !via_trampoline;
         if rc != 0 {
             let failed = self.failure(rc, &chunk.name, &func_name(), runtime);
             st.set_top(BASE);
@@ -873,6 +898,10 @@ end
     #[inline(always)]
     fn call_direct(&mut self, chunk: &Chunk, args: &[u8]) -> Option<c_int> {
         let st = self.st;
+        // (a longer message holds something else: no need to look)
+        if args.len() > value::scalars_len(DIRECT_ARGS) {
+            return None;
+        }
         if self.batch_callee {
             // `push_callee` checked that it is a function
             st.push_value(FUNC_NAME);
@@ -1009,6 +1038,7 @@ impl RunCtx {
             protos: &[],
             fns: std::ptr::null_mut(),
             callee_in_slot: false,
+            nested: false,
         }
     }
 }

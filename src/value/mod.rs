@@ -88,6 +88,12 @@ pub fn has_functions(buf: &[u8]) -> bool {
     buf.get(3).is_some_and(|b| b & 0x80 != 0)
 }
 
+/// The most bytes a message of `n` nil, boolean, number or light userdata values takes (its
+/// count, and a tag and 8 bytes per value): a longer one holds something else.
+pub const fn scalars_len(n: usize) -> usize {
+    4 + 9 * n
+}
+
 /// Past this many tables in one message the encoder looks them up in a hash map.
 const LINEAR_SEEN: usize = 16;
 
