@@ -100,7 +100,8 @@ pub(super) const TRAMPOLINE_FN: ffi::lua_CFunction = crate::lua::c_function(tram
 unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     // SAFETY: Lua calls the trampoline with its own live state on this thread.
     let st = unsafe { State::from_raw(l) };
-    // SAFETY: `Child::run_function` pushed a pointer to a `RunCtx` that outlives this protected call.
+    // SAFETY: `Child::run_function` pushed a pointer to a `RunCtx` that outlives this protected
+    // call.
     let ctx = unsafe { &mut *(st.to_userdata(1) as *mut RunCtx) };
     // SAFETY: `RunCtx` points at the call's argument buffer (or the function name), which the
     // worker keeps alive and unchanged during the call.
