@@ -13,7 +13,7 @@ const SITES: &[(&str, &str, &str)] = &[
      "the batch message is written by the host's own encoder in the same process"),
     ("src/child/mod.rs", "call without a chunk",
      "every call the host posts names a compiled chunk it holds (checked before submit)"),
-    ("src/child/mod.rs", "bad call message:",
+    ("src/child/run.rs", "bad call message:",
      "the call message is written by the host's own encoder; more arguments than a call takes are refused before it is sent (call_io::too_many_args)"),
     ("src/chunk.rs", "cannot dump chunk",
      "lua_dump fails only if its writer does, and ours appends to a Vec"),

@@ -10,7 +10,6 @@ use super::{Child, Failure, RunCtx, Step, BASE, FUNC_NAME, MSGH, TRAMPOLINE};
 use crate::call::{deadline_after, Call, Outcome};
 use crate::child::limits::Trip;
 use crate::chunk::Chunk;
-use crate::value::Role;
 use crate::Error;
 
 impl Child {
@@ -56,7 +55,10 @@ impl Child {
             }
             let n = match self.run_function(chunk, item) {
                 Ok(n) => n,
-                Err((outcome, replace)) => return (outcome, replace, done),
+                Err(failed) => {
+                    let (outcome, replace) = *failed;
+                    return (outcome, replace, done);
+                }
             };
             if self.limits.tripped.get() != Trip::None {
                 // a coroutine hit the limit and the function swallowed the error (see `run`)
@@ -67,14 +69,14 @@ impl Child {
                 }
             }
             let at = crate::batch::begin_item(out);
-            let encoded = self
-                .encoder
-                .encode(st, BASE + 1, n.min(1), out, Role::Result(&self.func))
-                .and_then(|()| crate::batch::end_item(out, at));
+            let encoded = self.encode_results(chunk, n.min(1), out).and_then(|()| {
+                crate::batch::end_item(out, at).map_err(|e| Box::new((Outcome::Err(e), false)))
+            });
             st.set_top(BASE);
-            if let Err(e) = encoded {
+            if let Err(failed) = encoded {
                 out.truncate(at);
-                return (Outcome::Err(e), false, done);
+                let (outcome, replace) = *failed;
+                return (outcome, replace, done);
             }
             done += 1;
         }

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_int};
 
 use mlua::ffi;
 
-use super::{Failure, RunCtx, Step, CHUNKS, ENCODE_STACK};
+use super::{Failure, RunCtx, Step, CHUNKS, ENCODE_STACK, FUNC_NAME, LOOKUP_ENV, LOOKUP_RETURNED};
 use crate::lua::{State, TFUNCTION, TNIL, TTABLE};
 use crate::value;
 
@@ -100,7 +100,8 @@ pub(super) const TRAMPOLINE_FN: ffi::lua_CFunction = crate::lua::c_function(tram
 unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
     // SAFETY: Lua calls the trampoline with its own live state on this thread.
     let st = unsafe { State::from_raw(l) };
-    // SAFETY: `Child::call` pushed a pointer to a `RunCtx` that outlives this protected call.
+    // SAFETY: `Child::run_function` pushed a pointer to a `RunCtx` that outlives this protected
+    // call.
     let ctx = unsafe { &mut *(st.to_userdata(1) as *mut RunCtx) };
     // SAFETY: `RunCtx` points at the call's argument buffer (or the function name), which the
     // worker keeps alive and unchanged during the call.
@@ -113,6 +114,11 @@ unsafe extern "C-unwind" fn trampoline(l: *mut ffi::lua_State) -> isize {
         }
         Step::Load => {
             load_chunk(st, ctx.chunk_id);
+            return 0;
+        }
+        Step::Reserve => {
+            // false means the stack's size limit (Lua 5.1, LuaJIT), which the encoder reports
+            st.check_stack(ENCODE_STACK);
             return 0;
         }
         Step::PushCallee => {
@@ -202,7 +208,8 @@ fn results(st: State, ctx: &mut RunCtx) -> isize {
     // the encoder then reports, but usually no memory on Lua 5.2 to 5.4, which say no instead
     // of raising.)
     let n = st.top();
-    if (1..=n).any(|i| matches!(st.type_of(i), TTABLE | TFUNCTION))
+    ctx.nested = (1..=n).any(|i| matches!(st.type_of(i), TTABLE | TFUNCTION));
+    if ctx.nested
         && !st.check_stack(ENCODE_STACK)
         && cfg!(not(any(feature = "lua51", feature = "luajit")))
         && n < 900_000
@@ -288,6 +295,33 @@ fn find_function(st: State, chunks: c_int, id: i64, name: c_int) -> Result<(), b
     st.raw_get(-2);
     st.replace(-2);
     check_callable(st, returned_table)
+}
+
+/// The direct call's lookup (see `Child::call_direct`): pushes the function the name in slot
+/// `FUNC_NAME` names, found as [`find_function`] finds it in the tables of the lookup slots
+/// (`returned`: the chunk returned a table), if it is a Lua or C function; pushes nothing and
+/// returns false otherwise (no such function, or a callable table: the trampoline then finds it
+/// again, and fails or calls it). Runs outside any protected call: raw gets and copies only,
+/// which neither allocate nor raise; needs 1 free stack slot.
+pub(super) fn push_named_function(st: State, returned: bool) -> bool {
+    if returned {
+        st.push_value(FUNC_NAME);
+        match st.raw_get(LOOKUP_RETURNED) {
+            TFUNCTION => return true,
+            TNIL => st.pop(1),
+            _ => {
+                st.pop(1);
+                return false;
+            }
+        }
+    }
+    st.push_value(FUNC_NAME);
+    if st.raw_get(LOOKUP_ENV) == TFUNCTION {
+        true
+    } else {
+        st.pop(1);
+        false
+    }
 }
 
 fn check_callable(st: State, returned_table: bool) -> Result<(), bool> {

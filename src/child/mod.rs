@@ -8,10 +8,13 @@
 //! Stack layout at rest (the state's main thread): slot 1 the message handler (adds a traceback),
 //! slot 2 the call trampoline (a C closure over slot 3), slot 3 the table of loaded chunks
 //! (`chunk id -> table the chunk returned | false`, `-id -> the chunk's environment`, `0 -> the
-//! environments' shared metatable`), slot 4 the last function name. A call pushes
-//! the trampoline, a pointer to its [`RunCtx`] and the function name, and runs it under
-//! `lua_pcall`, so every Lua error (including running out of memory while decoding the arguments)
-//! lands in one place.
+//! environments' shared metatable`), slot 4 the last function name, slots 5 and 6 what the last
+//! chunk called by name returned and its environment (the tables a name is looked up in, see
+//! `run::Lookup`). A call whose arguments are a few scalars pushes the function it names and its
+//! arguments and runs it under `lua_pcall` with the message handler (`Child::call_direct`, in
+//! `run.rs` with the rest of a call); any other call pushes the trampoline, a pointer to its
+//! [`RunCtx`] and the function name, and runs it under `lua_pcall`, so every Lua error (including
+//! running out of memory while decoding the arguments) lands in one place.
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
@@ -28,15 +31,17 @@ use crate::error::lua_number;
 use crate::int_hash::IntSet;
 use crate::lua::{State, TTABLE};
 use crate::state_heap::OwnedState;
-use crate::value::{self, Role};
+use crate::value;
 use crate::Error;
 use in_state::{forget_chunk, COLLECT, INSTALL, MESSAGE_HANDLER, TRAMPOLINE_FN};
 pub(crate) use limits::{call_armed, call_must_stop, stop_error};
 use limits::{limit_hook, Limits, Trip, HOOK_COUNT, LIMITS, LIMIT_TRIPPED};
+use run::{Lookup, Results};
 
 mod batch;
 mod in_state;
 mod limits;
+mod run;
 mod signal;
 pub mod watchdog;
 pub use signal::number as limit_signal;
@@ -47,7 +52,16 @@ const CHUNKS: c_int = 3;
 /// The name of the function called last, kept as a Lua string: most calls name the same function
 /// as the one before, and pushing the kept string is much cheaper than interning it again.
 const FUNC_NAME: c_int = 4;
-const BASE: c_int = 4;
+/// What chunk `Lookup::chunk` returned (its table, else `false`) and its environment: a call
+/// by name looks there without first finding them in the table of loaded chunks.
+const LOOKUP_RETURNED: c_int = 5;
+const LOOKUP_ENV: c_int = 6;
+const BASE: c_int = 6;
+
+/// Most arguments a direct call pushes (see `Child::call_direct`). The state's main thread
+/// keeps the room for them and the function from its creation on (`Child::new`), so pushing
+/// them never grows its stack, which allocates and could raise outside a protected call.
+const DIRECT_ARGS: usize = 8;
 
 /// Most results one call may return: what the host can push onto its stack in one C call (Lua 5.1
 /// and LuaJIT allow 8,000 slots per C call, Lua 5.4 and 5.5 a million per thread), less a margin.
@@ -56,6 +70,13 @@ const MAX_RESULTS: c_int = if cfg!(any(feature = "lua51", feature = "luajit")) {
 } else {
     900_000
 };
+
+/// How a call ended, for the worker: `Ok(())` when it succeeded (its results are in the call's
+/// buffer) and the state carries on; else its outcome and whether the state must be replaced,
+/// boxed, so that the common case moves one word through the layers instead of an `Outcome`.
+pub type Ran = Result<(), Failed>;
+/// A call's outcome other than plain success, and whether the state must be replaced.
+pub type Failed = Box<(Outcome, bool)>;
 
 pub struct Child {
     /// Owns the state; dropping it closes the state.
@@ -80,6 +101,9 @@ pub struct Child {
     slot_is_callee: bool,
     /// The running batch calls the function in slot `FUNC_NAME`.
     batch_callee: bool,
+    /// What is known of the last call's results (see `encode_results`).
+    results: Results,
+    lookup: Lookup,
     /// The prototypes of the functions in the running call's arguments (see `value/func.rs`).
     protos: Vec<Arc<value::Proto>>,
     /// Where a map batch's results are written while its items are read (empty until this state
@@ -111,6 +135,8 @@ struct RunCtx {
     /// `pool:map(fn, list)`: the function is in the name's slot, the message holds only the
     /// arguments.
     callee_in_slot: bool,
+    /// Set by the trampoline after a call: whether the results hold tables or functions.
+    nested: bool,
 }
 
 /// What the trampoline does. Besides running the call, it does the few things a call needs that
@@ -127,6 +153,9 @@ enum Step {
     Load,
     /// Decode a map's function (`args` is its message) and return it.
     PushCallee,
+    /// Make the stack room that encoding the results above needs (Lua 5.1 and LuaJIT raise
+    /// when they cannot grow it: see `Child::direct_results`).
+    Reserve,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -156,7 +185,10 @@ impl Child {
         let stop = stop.clone();
         let heap = OwnedState::new()?;
         let st = heap.state();
-        if !st.check_stack(8) {
+        // the four slots at rest, a direct call's function and arguments, and 2 for lookups;
+        // the stack never shrinks below what is reserved here (every Lua keeps the room up to
+        // its base frame's top, LuaJIT at least its initial 40 slots)
+        if !st.check_stack(BASE + 3 + DIRECT_ARGS as c_int) {
             return Err(Error::Spawn("no Lua stack space".into()));
         }
         st.push_cclosure(MESSAGE_HANDLER, 0);
@@ -165,6 +197,8 @@ impl Child {
         st.push_cclosure(TRAMPOLINE_FN, 1);
         st.insert(TRAMPOLINE);
         st.push_str("");
+        st.push_nil();
+        st.push_nil();
 
         // The buffers are allocated up front, so that what a state holds natively does not depend
         // on what it has run (the soak's leak check compares it exactly: spec/soak/soak.lua).
@@ -190,6 +224,8 @@ impl Child {
             fns: value::FnCache::default(),
             slot_is_callee: false,
             batch_callee: false,
+            results: Results::Unseen,
+            lookup: Lookup::default(),
             protos: Vec::new(),
             batch_out: Vec::new(),
             time_limit: cfg.time_limit,
@@ -399,9 +435,9 @@ end
         result
     }
 
-    /// Runs `call` (which is RUNNING and owned by this worker). Returns its outcome and whether
-    /// the state must be replaced (a limit was hit).
-    pub fn run(&mut self, chunks: &Chunks, call: &Arc<Call>) -> (Outcome, bool) {
+    /// Runs `call` (which is RUNNING and owned by this worker). Returns how it ended (see
+    /// [`Ran`]).
+    pub fn run(&mut self, chunks: &Chunks, call: &Arc<Call>) -> Ran {
         let epoch = chunks.epoch();
         if epoch != self.chunk_epoch {
             self.drop_stale_chunks(chunks);
@@ -432,7 +468,7 @@ end
             data.buf = buf;
             data.chunk = chunk;
             std::mem::swap(&mut self.func, &mut data.func);
-            return (Outcome::Collected, replace);
+            return Err(Box::new((Outcome::Collected, replace)));
         }
         let map = job == Job::Map;
         let mut out = if map {
@@ -441,26 +477,29 @@ end
             Vec::new()
         };
         let mut items_done = 0;
-        let (outcome, replace) = match &chunk {
+        let ran = match &chunk {
             Some(chunk) => {
                 self.arm(call);
-                let result = match self.ensure_loaded(chunks, chunk) {
+                let ran = match self.ensure_loaded(chunks, chunk) {
                     Ok(kept) => {
-                        let result = if map {
+                        let ran = if map {
                             let (outcome, replace, done) =
                                 self.run_batch(chunk, call, &buf, &mut out);
                             self.batch_callee = false;
                             items_done = done;
-                            (outcome, replace)
+                            match (outcome, replace) {
+                                (Outcome::Ok, false) => Ok(()),
+                                failed => Err(Box::new(failed)),
+                            }
                         } else {
                             self.call(chunk, &mut buf)
                         };
                         if !kept {
-                            forget_chunk(self.st, chunk.id);
+                            self.forget(chunk.id);
                         }
-                        result
+                        ran
                     }
-                    Err(failed) => failed,
+                    Err(failed) => Err(failed),
                 };
                 // The hook stops a coroutine that runs too long, but the function that resumed
                 // it may swallow the error and return before the hook fires in its own thread;
@@ -468,21 +507,31 @@ end
                 // count: a call that tripped a limit or ended past its deadline fails whatever
                 // it returned.
                 self.limits.trip_if_past_deadline();
-                let result = if !result.1 && self.limits.tripped.get() != Trip::None {
+                let replacing = matches!(&ran, Err(failed) if failed.1);
+                let ran = if !replacing && self.limits.tripped.get() != Trip::None {
                     let function = String::from_utf8_lossy(&self.func).into_owned();
-                    self.limit_outcome(&chunk.name, &function).unwrap_or(result)
+                    match self.limit_outcome(&chunk.name, &function) {
+                        Some(tripped) => Err(Box::new(tripped)),
+                        None => ran,
+                    }
                 } else {
-                    result
+                    ran
                 };
                 self.disarm();
-                result
+                ran
             }
-            None => (
+            None => Err(Box::new((
                 Outcome::Err(Error::Internal("call without a chunk".into())),
                 false,
-            ),
+            ))),
         };
-        let replace = replace || self.collect_uncounted(call);
+        let ran = match ran {
+            Err(failed) if failed.1 => Err(failed),
+            ran if self.collect_uncounted(call) => {
+                Err(Box::new((ran.err().map_or(Outcome::Ok, |f| f.0), true)))
+            }
+            ran => ran,
+        };
         if map {
             // the results go back in the call; the items' buffer is kept for the next batch
             std::mem::swap(&mut buf, &mut out);
@@ -499,7 +548,7 @@ end
         data.items_done = items_done;
         std::mem::swap(&mut self.func, &mut data.func);
         self.encoder.move_protos(&mut data.protos);
-        (outcome, replace)
+        ran
     }
 
     /// Lua 5.5 builds the strings of `luaL_Buffer` (`string.rep`, `table.concat`, `string.format`,
@@ -570,7 +619,7 @@ end
     /// Loads `chunk` unless this state has it. Returns whether the state keeps it: a version
     /// already replaced when it is first loaded (its call was submitted before the recompile)
     /// runs once and is forgotten, since the log of removals has gone past it.
-    fn ensure_loaded(&mut self, chunks: &Chunks, chunk: &Chunk) -> Result<bool, (Outcome, bool)> {
+    fn ensure_loaded(&mut self, chunks: &Chunks, chunk: &Chunk) -> Result<bool, Failed> {
         if chunk.id == crate::chunk::ANONYMOUS || self.loaded.ids.contains(&chunk.id) {
             return Ok(true);
         }
@@ -593,7 +642,10 @@ end
                 message,
             });
             st.set_top(BASE);
-            return Err(f);
+            return Err(Box::new(f));
+        }
+        if self.lookup.chunk == chunk.id {
+            self.forget_lookup();
         }
         let kept = chunks.registry().contains_id(chunk.id);
         if kept {
@@ -626,112 +678,8 @@ end
             }),
         }
         loaded.removals_seen = registry.removals();
-    }
-
-    /// Runs the call whose arguments are in `buf` and encodes its results into `buf`.
-    fn call(&mut self, chunk: &Chunk, buf: &mut Vec<u8>) -> (Outcome, bool) {
-        let st = self.st;
-        let n = match self.run_function(chunk, buf) {
-            Ok(n) => n,
-            Err(failed) => return failed,
-        };
-        let outcome = if n > MAX_RESULTS {
-            Outcome::Err(Error::Unsupported(format!(
-                "cannot pass the results of '{}': it returned {n} values, more than the {MAX_RESULTS} that can cross at once on {} (return them in a table)",
-                String::from_utf8_lossy(&self.func),
-                crate::abi::RUNTIME
-            )))
-        } else {
-            buf.clear();
-            match self
-                .encoder
-                .encode(st, BASE + 1, n, buf, Role::Result(&self.func))
-            {
-                Ok(()) => Outcome::Ok,
-                Err(e) => Outcome::Err(e),
-            }
-        };
-        st.set_top(BASE);
-        (outcome, false)
-    }
-
-    /// Calls the function this state's `func` names with the arguments encoded in `args`. On
-    /// success its results are on the stack above `BASE` (the count is returned); on failure the
-    /// stack is back at `BASE` and the outcome says why.
-    fn run_function(&mut self, chunk: &Chunk, args: &[u8]) -> Result<c_int, (Outcome, bool)> {
-        let st = self.st;
-        let func_name = || String::from_utf8_lossy(&self.func).into_owned();
-        let named = chunk.id != crate::chunk::ANONYMOUS;
-        if named && (self.func != self.func_in_slot || self.slot_is_callee) {
-            // a new string: protected (see `Step`)
-            let mut ctx = RunCtx::new(Step::PushName, &self.func, 0);
-            st.push_value(TRAMPOLINE);
-            st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
-            let rc = st.pcall(1, 1, MSGH);
-            if rc != 0 {
-                let failed =
-                    self.failure(rc, &chunk.name, &func_name(), |message| Error::Runtime {
-                        chunk: chunk.name.clone(),
-                        function: func_name(),
-                        message,
-                    });
-                st.set_top(BASE);
-                return Err(failed);
-            }
-            st.replace(FUNC_NAME);
-            self.slot_is_callee = false;
-            self.func_in_slot.clear();
-            self.func_in_slot.extend_from_slice(&self.func);
-        }
-        // Decoding the arguments allocates, which can hit the memory limit or run a finalizer
-        // the chunk left behind that raises: it runs inside the trampoline's protected call.
-        let mut ctx = RunCtx::new(Step::Call, args, chunk.id as i64);
-        ctx.protos = self.protos.as_slice();
-        ctx.fns = &mut self.fns;
-        ctx.callee_in_slot = self.batch_callee;
-        st.push_value(TRAMPOLINE);
-        st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
-        st.push_value(FUNC_NAME);
-        let rc = st.pcall(2, ffi::LUA_MULTRET, MSGH);
-        let runtime = |message| Error::Runtime {
-            chunk: chunk.name.clone(),
-            function: func_name(),
-            message,
-        };
-        if rc != 0 {
-            let failed = self.failure(rc, &chunk.name, &func_name(), runtime);
-            st.set_top(BASE);
-            return Err(failed);
-        }
-        let failed = match ctx.failure {
-            Failure::None => return Ok(st.top() - BASE),
-            Failure::NoFunction { global } => (
-                Outcome::Err(Error::NoFunction {
-                    chunk: chunk.name.clone(),
-                    function: func_name(),
-                    global,
-                }),
-                false,
-            ),
-            Failure::Corrupt(what) if value::is_refusal(what) => (
-                Outcome::Err(Error::Unsupported(format!(
-                    "cannot pass the arguments of '{}': {what}",
-                    func_name()
-                ))),
-                false,
-            ),
-            Failure::Corrupt(what) => (
-                Outcome::Err(Error::Internal(format!("bad call message: {what}"))),
-                false,
-            ),
-            Failure::OutOfMemory => {
-                st.set_top(BASE);
-                st.push_str("not enough memory");
-                self.failure(ffi::LUA_ERRMEM, &chunk.name, &func_name(), runtime)
-            }
-        };
-        st.set_top(BASE);
-        Err(failed)
+        // the chunk the lookup slots hold may be gone: they are filled again by the next call
+        self.forget_lookup();
     }
 
     /// The outcome of a call that tripped the time limit or was interrupted (the state must then
@@ -817,6 +765,7 @@ impl RunCtx {
             protos: &[],
             fns: std::ptr::null_mut(),
             callee_in_slot: false,
+            nested: false,
         }
     }
 }

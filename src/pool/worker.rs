@@ -269,19 +269,16 @@ fn serve<const TSC: bool>(
         } else {
             None
         };
-        let (outcome, replace) = if runnable {
-            child.run(&pool.chunks, &call)
-        } else {
-            (Outcome::Pending, false)
-        };
+        // `None`: cancelled before it ran
+        let ran = runnable.then(|| child.run(&pool.chunks, &call));
         if let Some(start) = start {
             pool.run
                 .record(crate::clock::now_with(TSC).saturating_sub(start));
         }
-        let ended = if runnable {
-            Ended::of(&outcome)
-        } else {
-            Ended::Uncounted
+        let (ended, replace) = match &ran {
+            Some(Ok(())) => (Ended::of(&Outcome::Ok), false),
+            Some(Err(failed)) => (Ended::of(&failed.0), failed.1),
+            None => (Ended::Uncounted, false),
         };
         #[cfg(feature = "count-alloc")]
         if runnable && crate::leak::after_call(&call) == crate::leak::Leak::State {
@@ -305,7 +302,7 @@ fn serve<const TSC: bool>(
                     // cannot rebuild (or the pool is being stopped): the pool stays one state
                     // smaller, and the caller hears why
                     pool.retire(core, Retire::Lost(ended));
-                    let outcome = match outcome {
+                    let outcome = match outcome_of(ran) {
                         Outcome::Err(limit) if !matches!(e, Error::Closed) => {
                             Outcome::Err(limit.not_replaced(&e))
                         }
@@ -320,7 +317,7 @@ fn serve<const TSC: bool>(
         // this state idle (and `stats()` read after a result already shows it free)
         let after = pool.release(mailbox, core, ended);
         if runnable {
-            call.finish(outcome);
+            call.finish(outcome_of(ran));
         }
         drop(call);
         drop(replaced);
@@ -331,6 +328,16 @@ fn serve<const TSC: bool>(
         };
     }
     drop(child);
+}
+
+/// The outcome of a call that ran (`ran`), or `Pending` for one that did not.
+#[inline(always)]
+fn outcome_of(ran: Option<crate::child::Ran>) -> Outcome {
+    match ran {
+        Some(Ok(())) => Outcome::Ok,
+        Some(Err(failed)) => failed.0,
+        None => Outcome::Pending,
+    }
 }
 
 /// Puts a fresh state in `child`'s place and returns the old one (boxed: the call loop's

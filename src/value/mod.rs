@@ -88,6 +88,12 @@ pub fn has_functions(buf: &[u8]) -> bool {
     buf.get(3).is_some_and(|b| b & 0x80 != 0)
 }
 
+/// The most bytes a message of `n` nil, boolean, number or light userdata values takes (its
+/// count, and a tag and 8 bytes per value): a longer one holds something else.
+pub const fn scalars_len(n: usize) -> usize {
+    4 + 9 * n
+}
+
 /// Past this many tables in one message the encoder looks them up in a hash map.
 const LINEAR_SEEN: usize = 16;
 
@@ -253,6 +259,37 @@ impl Encoder {
             out[start + 3] |= (HAS_FUNCTIONS >> 24) as u8;
         }
         Ok(())
+    }
+
+    /// Encodes as [`Encoder::encode`] does if the `count` values from `first` are all nil,
+    /// booleans, numbers or strings, and says whether it did (else `out` is as it was): most
+    /// calls return a few such values, and they need no table bookkeeping and no stack room.
+    pub fn encode_scalars(
+        &mut self,
+        st: State,
+        first: c_int,
+        count: c_int,
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let start = out.len();
+        out.extend_from_slice(&(count.max(0) as u32).to_le_bytes());
+        let mut w = Writer {
+            reserved: false,
+            out,
+            start,
+            seen: &mut self.seen,
+            fns: &mut self.fns,
+        };
+        for idx in first..first + count {
+            let ty = st.type_of(idx);
+            if !matches!(ty, TNIL | TBOOLEAN | TNUMBER | TSTRING)
+                || w.typed(st, idx, ty, 0).is_err()
+            {
+                out.truncate(start);
+                return false;
+            }
+        }
+        true
     }
 
     /// The prototypes the messages encoded since the last take refer to (they travel with them).
