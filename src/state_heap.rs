@@ -97,8 +97,8 @@ struct Heap {
     cache: Cache,
 }
 
-/// Bytes of freed small blocks a state keeps: enough for a small state's garbage of one collector
-/// cycle, at the price of up to 32 KiB per state no other thread reuses (bench/results/2026-12-07-state-alloc.md).
+/// Bytes of freed small blocks a state keeps: a small state's garbage of one collector cycle, at
+/// the price of that much memory per state no other thread reuses (see the module's docs).
 const CACHE_BYTES: usize = 32 * 1024;
 
 /// `lua_newstate`; Lua 5.5's takes the seed of its string hashes too, made as `luaL_newstate`
