@@ -11,6 +11,11 @@
 //! Each account has one writer, the allocator running on its state's thread, which updates it
 //! with a plain load and store (no read-modify-write: allocation stays as cheap as malloc). Other
 //! threads only read it, and what they read is exact once the state is idle.
+//!
+//! In front of the C library, each state keeps the small blocks it freed for its next allocations
+//! ([`cache`]): the C library's `malloc` on a thread of a threaded process takes its arena's lock
+//! and atomics that a single-threaded host skips, and a hit in the cache calls nothing. The
+//! account counts what Lua holds, never the cache, and the limit is checked before the cache.
 
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
@@ -22,15 +27,28 @@ use parking_lot::Mutex;
 use crate::lua::State;
 use crate::Error;
 
+mod cache;
+use cache::{class, class_size, Cache, SMALL_MAX};
+
 /// What one state holds: bytes and blocks allocated and not freed.
-#[derive(Default)]
 pub struct Account {
     bytes: AtomicUsize,
     blocks: AtomicUsize,
-    /// Most bytes the state may hold; 0 means no limit.
+    /// Most bytes the state may hold; `usize::MAX` when it has no limit.
     limit: AtomicUsize,
     /// The last allocation refused was refused by the limit, not by the system.
     limit_refused: AtomicBool,
+}
+
+impl Default for Account {
+    fn default() -> Account {
+        Account {
+            bytes: AtomicUsize::new(0),
+            blocks: AtomicUsize::new(0),
+            limit: AtomicUsize::new(usize::MAX),
+            limit_refused: AtomicBool::new(false),
+        }
+    }
 }
 
 /// The accounts of every state open in the process.
@@ -65,10 +83,23 @@ pub fn totals() -> Totals {
 /// A child state created with the counting allocator; dropping it closes the state.
 pub struct OwnedState {
     st: State,
-    /// `None` when the runtime refused a custom allocator (LuaJIT built without GC64) and the
-    /// state uses LuaJIT's own: then nothing is counted and no memory limit can be set.
+    /// The allocator's `ud` (from `Box::into_raw`, freed by `Drop` after the state closed); NULL
+    /// when the runtime refused a custom allocator (LuaJIT built without GC64) and the state uses
+    /// LuaJIT's own: then nothing is counted and no memory limit can be set.
+    heap: *mut Heap,
     account: Option<Arc<Account>>,
 }
+
+/// The allocator's `ud`: the state's account and its cache of freed blocks. Only the state's
+/// thread touches it (the allocator, then `OwnedState`'s `Drop`).
+struct Heap {
+    account: Arc<Account>,
+    cache: Cache,
+}
+
+/// Bytes of freed small blocks a state keeps: a small state's garbage of one collector cycle, at
+/// the price of that much memory per state no other thread reuses (see the module's docs).
+const CACHE_BYTES: usize = 32 * 1024;
 
 /// `lua_newstate`; Lua 5.5's takes the seed of its string hashes too, made as `luaL_newstate`
 /// makes it.
@@ -93,17 +124,25 @@ impl OwnedState {
     /// error, never an abort.
     pub fn new() -> Result<OwnedState, Error> {
         let account = Arc::new(Account::default());
-        // SAFETY: `allocate` follows `lua_Alloc`'s contract; `account` outlives the state (it is
-        // kept in `OwnedState`, and `Drop` closes the state before letting go of it).
-        let raw = unsafe { new_state(allocate, Arc::as_ptr(&account) as *mut c_void) };
-        let (raw, account) = if !raw.is_null() {
-            (raw, Some(account))
-        } else if cfg!(feature = "luajit") {
-            // LuaJIT without GC64 refuses every custom allocator: use its own
-            // SAFETY: plain constructor; NULL is checked below.
-            (unsafe { ffi::luaL_newstate() }, None)
+        let heap = Box::into_raw(Box::new(Heap {
+            account: account.clone(),
+            cache: Cache::new(CACHE_BYTES),
+        }));
+        // SAFETY: `allocate` follows `lua_Alloc`'s contract; `heap` outlives the state (`Drop`
+        // closes the state before freeing it).
+        let raw = unsafe { new_state(allocate, heap as *mut c_void) };
+        let (raw, heap, account) = if !raw.is_null() {
+            (raw, heap, Some(account))
         } else {
-            (raw, None)
+            // SAFETY: no state uses `heap`: it was refused.
+            drop(unsafe { Box::from_raw(heap) });
+            if cfg!(feature = "luajit") {
+                // LuaJIT without GC64 refuses every custom allocator: use its own
+                // SAFETY: plain constructor; NULL is checked below.
+                (unsafe { ffi::luaL_newstate() }, std::ptr::null_mut(), None)
+            } else {
+                (raw, std::ptr::null_mut(), None)
+            }
         };
         if raw.is_null() {
             return Err(Error::Spawn(
@@ -112,7 +151,7 @@ impl OwnedState {
         }
         // SAFETY: `raw` is a new state, used only on this thread.
         let st = unsafe { State::from_raw(raw) };
-        let owned = OwnedState { st, account };
+        let owned = OwnedState { st, heap, account };
         if let Some(a) = &owned.account {
             OPEN.lock().push(a.clone());
         }
@@ -163,6 +202,11 @@ impl Drop for OwnedState {
     fn drop(&mut self) {
         // SAFETY: the state is ours and idle; nothing uses it after this.
         unsafe { ffi::lua_close(self.st.as_ptr()) };
+        if !self.heap.is_null() {
+            // SAFETY: from `Box::into_raw` in `new`; the state that used it is closed. Dropping
+            // it gives the cached blocks back to the C library.
+            drop(unsafe { Box::from_raw(self.heap) });
+        }
         if let Some(a) = self.account.take() {
             let mut open = OPEN.lock();
             if let Some(i) = open.iter().position(|o| Arc::ptr_eq(o, &a)) {
@@ -199,83 +243,128 @@ fn open_libs(st: State) -> c_int {
     }
 }
 
-/// The state's allocator (`lua_Alloc`): `malloc`/`realloc`/`free`, with the account kept and the
-/// limit enforced. Returns NULL when the limit or the system refuses, which Lua turns into a
-/// "not enough memory" error in the state. A free, the commonest call, updates the account and
-/// ends in a tail call to `free`; a new block is counted before `malloc` and uncounted in the
-/// rare case it fails, so the common paths keep few values alive across the C library's call.
+/// The state's allocator (`lua_Alloc`): the state's cache of small blocks, else
+/// `malloc`/`realloc`/`free`, with the account kept and the limit enforced. The account counts
+/// the bytes Lua asked for, whether a block comes from the cache or the C library, and a block
+/// in the cache is no longer counted. Returns NULL when the limit or the system refuses, which Lua
+/// turns into a "not enough memory" error in the state. A free and a new block the cache has are
+/// handled here with no call; the C library is called from functions of their own.
 unsafe extern "C" fn allocate(
     ud: *mut c_void,
     ptr: *mut c_void,
     osize: usize,
     nsize: usize,
 ) -> *mut c_void {
-    // SAFETY: `ud` is the `Account` passed to `lua_newstate`, alive until after `lua_close`.
-    let a = unsafe { &*(ud as *const Account) };
+    // SAFETY: `ud` is the state's `Heap`, alive until after `lua_close`, touched only by this
+    // thread.
+    let h = unsafe { &mut *(ud as *mut Heap) };
+    let a = &*h.account;
     if nsize == 0 {
         if !ptr.is_null() {
             a.bytes.store(a.bytes.load(Relaxed) - osize, Relaxed);
             a.blocks.store(a.blocks.load(Relaxed) - 1, Relaxed);
-            // SAFETY: `ptr` came from this allocator (malloc/realloc) and Lua frees it once.
-            unsafe { libc::free(ptr) };
+            // SAFETY: `ptr` came from this allocator, which made a small block its class's full
+            // size; Lua frees it once.
+            if osize > SMALL_MAX || !unsafe { h.cache.put(ptr, class(osize)) } {
+                // SAFETY: as above; a block the cache did not take goes back to the C library.
+                unsafe { libc::free(ptr) };
+            }
         }
         return std::ptr::null_mut();
     }
-    if ptr.is_null() {
-        // with no block, `osize` is a type tag (Lua 5.2+), not a size
-        // SAFETY: `a` is the state's account, as above.
-        unsafe { new_block(a, nsize) }
-    } else {
+    if !ptr.is_null() {
         // SAFETY: `ptr` came from this allocator, is live and `osize` bytes long.
-        unsafe { resize(a, ptr, osize, nsize) }
+        return unsafe { resize(h, ptr, osize, nsize) };
     }
+    // a new block; `osize` is a type tag here (Lua 5.2+), not a size
+    let bytes = a.bytes.load(Relaxed) + nsize;
+    if bytes > a.limit.load(Relaxed) {
+        return refused(a, true);
+    }
+    if nsize <= SMALL_MAX {
+        let p = h.cache.take(class(nsize));
+        if !p.is_null() {
+            a.bytes.store(bytes, Relaxed);
+            a.blocks.store(a.blocks.load(Relaxed) + 1, Relaxed);
+            return p;
+        }
+    }
+    // SAFETY: `a` is the state's account, as above.
+    unsafe { new_block(a, nsize) }
 }
 
-/// A new block of `nsize` bytes for the state of account `a`.
+/// A new block of `nsize` bytes from the C library, counted in `a` (a small one of its class's
+/// full size, so that it can go to the cache when freed).
 ///
 /// # Safety
 /// As `malloc`.
 #[inline(never)]
 unsafe fn new_block(a: &Account, nsize: usize) -> *mut c_void {
-    let bytes = a.bytes.load(Relaxed);
-    let limit = a.limit.load(Relaxed);
-    if limit != 0 && bytes + nsize > limit {
-        return refused(a, true);
-    }
-    a.bytes.store(bytes + nsize, Relaxed);
-    a.blocks.store(a.blocks.load(Relaxed) + 1, Relaxed);
+    let size = if nsize <= SMALL_MAX {
+        class_size(class(nsize))
+    } else {
+        nsize
+    };
     // SAFETY: plain allocation.
-    let p = unsafe { libc::malloc(nsize) };
+    let p = unsafe { libc::malloc(size) };
     if p.is_null() {
-        a.bytes.store(a.bytes.load(Relaxed) - nsize, Relaxed);
-        a.blocks.store(a.blocks.load(Relaxed) - 1, Relaxed);
         return refused(a, false);
     }
+    a.bytes.store(a.bytes.load(Relaxed) + nsize, Relaxed);
+    a.blocks.store(a.blocks.load(Relaxed) + 1, Relaxed);
     p
 }
 
-/// `ptr`'s block (of `osize` bytes) resized to `nsize` bytes.
+/// `ptr`'s block (of `osize` bytes) resized to `nsize` bytes. A small block keeps its class's full
+/// size: resized within its class it stays where it is; to another small class it moves to a
+/// block of that class (from the cache when it has one).
 ///
 /// # Safety
 /// As `realloc`; `ptr` came from this allocator.
 #[inline(never)]
-unsafe fn resize(a: &Account, ptr: *mut c_void, osize: usize, nsize: usize) -> *mut c_void {
-    let bytes = a.bytes.load(Relaxed);
-    let limit = a.limit.load(Relaxed);
-    if nsize > osize && limit != 0 && bytes - osize + nsize > limit {
+unsafe fn resize(h: &mut Heap, ptr: *mut c_void, osize: usize, nsize: usize) -> *mut c_void {
+    let a = &*h.account;
+    let bytes = a.bytes.load(Relaxed) - osize + nsize;
+    if nsize > osize && bytes > a.limit.load(Relaxed) {
         return refused(a, true);
     }
-    // SAFETY: the caller's contract.
-    let p = unsafe { libc::realloc(ptr, nsize) };
-    if p.is_null() {
-        // Lua assumes a block never fails to shrink; the old block is big enough
-        if nsize <= osize {
-            return ptr;
+    let p = if nsize > SMALL_MAX {
+        // SAFETY: the caller's contract.
+        unsafe { libc::realloc(ptr, nsize) }
+    } else if osize > SMALL_MAX {
+        // SAFETY: the caller's contract; the block shrinks to its new class's size.
+        unsafe { libc::realloc(ptr, class_size(class(nsize))) }
+    } else if class(osize) == class(nsize) {
+        ptr
+    } else {
+        let c = class(nsize);
+        let mut p = h.cache.take(c);
+        if p.is_null() {
+            // SAFETY: plain allocation.
+            p = unsafe { libc::malloc(class_size(c)) };
         }
-        return refused(a, false);
+        if !p.is_null() {
+            // SAFETY: both blocks are live, distinct and at least the smaller size long; `ptr`
+            // is then ours to give up, and its class's full size.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr as *const u8, p as *mut u8, osize.min(nsize));
+                if !h.cache.put(ptr, class(osize)) {
+                    libc::free(ptr);
+                }
+            }
+        }
+        p
+    };
+    if p.is_null() {
+        // Lua assumes a block never fails to shrink; the old block is big enough (a small size's
+        // class is no bigger than the old block's)
+        if nsize > osize {
+            return refused(a, false);
+        }
+        a.bytes.store(bytes, Relaxed);
+        return ptr;
     }
-    a.bytes
-        .store(a.bytes.load(Relaxed) - osize + nsize, Relaxed);
+    a.bytes.store(bytes, Relaxed);
     p
 }
 
@@ -362,26 +451,159 @@ mod tests {
         run(st, "local s = ('y'):rep(100) assert(#s == 100)").unwrap();
     }
 
+    /// A heap as a state's allocator gets it, and calls of that allocator.
+    struct TestHeap(*mut Heap);
+
+    impl TestHeap {
+        fn new() -> TestHeap {
+            TestHeap(Box::into_raw(Box::new(Heap {
+                account: Arc::new(Account::default()),
+                cache: Cache::new(CACHE_BYTES),
+            })))
+        }
+        fn call(&self, ptr: *mut c_void, osize: usize, nsize: usize) -> *mut c_void {
+            // SAFETY: `self.0` is a live heap; the tests pass blocks this allocator handed out,
+            // with their sizes. black_box: in a release build, a block that goes nowhere lets
+            // the optimizer drop the malloc and assume it succeeded.
+            std::hint::black_box(unsafe { allocate(self.0 as *mut c_void, ptr, osize, nsize) })
+        }
+        fn account(&self) -> &Account {
+            // SAFETY: live until `drop`.
+            unsafe { &(*self.0).account }
+        }
+        fn held(&self) -> (usize, usize) {
+            let a = self.account();
+            (a.bytes.load(Relaxed), a.blocks.load(Relaxed))
+        }
+        fn cached(&self) -> bool {
+            // SAFETY: live until `drop`; read on this thread.
+            unsafe { (*self.0).cache.holds_any() }
+        }
+    }
+
+    impl Drop for TestHeap {
+        fn drop(&mut self) {
+            // SAFETY: from `Box::into_raw`; no block of it is used any more.
+            drop(unsafe { Box::from_raw(self.0) });
+        }
+    }
+
+    #[test]
+    fn the_account_counts_exactly_what_lua_holds_through_the_cache_and_resizes() {
+        let h = TestHeap::new();
+        // blocks of every small class and beyond, each filled with its own byte
+        let mut live: Vec<(*mut c_void, usize, u8)> = Vec::new();
+        let expect = |live: &Vec<(*mut c_void, usize, u8)>| {
+            (live.iter().map(|b| b.1).sum::<usize>(), live.len())
+        };
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for round in 0..20_000u32 {
+            let tag = round as u8;
+            match next(4) {
+                0 | 1 => {
+                    let max = if next(8) == 0 { 2000 } else { 300 };
+                    let size = 1 + next(max) as usize;
+                    let p = h.call(std::ptr::null_mut(), 5, size);
+                    assert!(!p.is_null());
+                    // SAFETY: a fresh block of `size` bytes.
+                    unsafe { std::ptr::write_bytes(p as *mut u8, tag, size) };
+                    live.push((p, size, tag));
+                }
+                2 if !live.is_empty() => {
+                    let (p, size, _) = live.swap_remove(next(live.len() as u64) as usize);
+                    assert!(h.call(p, size, 0).is_null());
+                }
+                _ if !live.is_empty() => {
+                    // resize within a class, to another small class, to and from large sizes
+                    let i = next(live.len() as u64) as usize;
+                    let (p, size, fill) = live[i];
+                    let max = if next(4) == 0 { 2000 } else { 300 };
+                    let nsize = 1 + next(max) as usize;
+                    let q = h.call(p, size, nsize);
+                    assert!(!q.is_null());
+                    // SAFETY: `q` holds `nsize` bytes, the first `min` of them kept from `p`.
+                    let kept =
+                        unsafe { std::slice::from_raw_parts(q as *const u8, size.min(nsize)) };
+                    assert!(
+                        kept.iter().all(|&b| b == fill),
+                        "{size} -> {nsize} lost the contents"
+                    );
+                    // SAFETY: as above.
+                    unsafe { std::ptr::write_bytes(q as *mut u8, fill, nsize) };
+                    live[i] = (q, nsize, fill);
+                }
+                _ => {}
+            }
+            assert_eq!(h.held(), expect(&live), "round {round}");
+        }
+        assert!(
+            h.cached(),
+            "the pattern frees small blocks: some are cached"
+        );
+        for (p, size, _) in live.drain(..) {
+            h.call(p, size, 0);
+        }
+        assert_eq!(h.held(), (0, 0), "cached blocks are not counted");
+    }
+
+    #[test]
+    fn the_limit_refuses_exactly_past_it_even_with_cached_blocks_of_the_size() {
+        let h = TestHeap::new();
+        // free blocks of 48 bytes so that the cache has some of that class
+        let blocks: Vec<_> = (0..8)
+            .map(|_| h.call(std::ptr::null_mut(), 0, 48))
+            .collect();
+        for p in blocks {
+            h.call(p, 48, 0);
+        }
+        assert!(h.cached() && h.held() == (0, 0));
+        let keep = h.call(std::ptr::null_mut(), 0, 1000);
+        h.account().limit.store(1000 + 48 * 3, Relaxed);
+        let a = h.call(std::ptr::null_mut(), 0, 48);
+        let b = h.call(std::ptr::null_mut(), 0, 48);
+        // one byte past the limit: refused, by the limit, though the cache has a block
+        assert!(h.call(std::ptr::null_mut(), 0, 49).is_null());
+        assert!(h.account().limit_refused.swap(false, Relaxed));
+        assert_eq!(h.held(), (1000 + 96, 3));
+        // exactly at the limit: granted
+        let c = h.call(std::ptr::null_mut(), 0, 48);
+        assert!(!c.is_null());
+        assert_eq!(h.held(), (1000 + 48 * 3, 4));
+        // a resize that would pass it is refused and keeps the block; shrinking always works
+        assert!(h.call(c, 48, 49).is_null());
+        assert!(h.account().limit_refused.swap(false, Relaxed));
+        assert_eq!(h.held(), (1000 + 48 * 3, 4));
+        let c = h.call(c, 48, 10);
+        assert!(!c.is_null());
+        assert_eq!(h.held(), (1000 + 48 * 2 + 10, 4));
+        for (p, size) in [(a, 48), (b, 48), (c, 10), (keep, 1000)] {
+            h.call(p, size, 0);
+        }
+        assert_eq!(h.held(), (0, 0));
+    }
+
     #[test]
     fn an_allocation_the_system_refuses_is_null_and_leaves_the_account_unchanged() {
-        let a = Account::default();
-        let ud = &a as *const Account as *mut c_void;
-        // SAFETY: `ud` is a live account; a failed allocation hands out no block.
-        let p = unsafe { allocate(ud, std::ptr::null_mut(), 0, usize::MAX / 2) };
-        // black_box: in a release build, a block that goes nowhere lets the optimizer drop the
-        // malloc and assume it succeeded
-        assert!(std::hint::black_box(p).is_null());
-        assert_eq!((a.bytes.load(Relaxed), a.blocks.load(Relaxed)), (0, 0));
-        // SAFETY: as above; the block is freed through the same allocator.
-        unsafe {
-            let p = allocate(ud, std::ptr::null_mut(), 0, 100);
+        let h = TestHeap::new();
+        let p = h.call(std::ptr::null_mut(), 0, usize::MAX / 2);
+        assert!(p.is_null());
+        assert!(!h.account().limit_refused.load(Relaxed));
+        assert_eq!(h.held(), (0, 0));
+        for size in [100, 1000] {
+            let p = h.call(std::ptr::null_mut(), 0, size);
             assert!(!p.is_null());
-            assert_eq!((a.bytes.load(Relaxed), a.blocks.load(Relaxed)), (100, 1));
+            assert_eq!(h.held(), (size, 1));
             // growing it past what the system has fails and keeps the block as it was
-            assert!(std::hint::black_box(allocate(ud, p, 100, usize::MAX / 2)).is_null());
-            assert_eq!((a.bytes.load(Relaxed), a.blocks.load(Relaxed)), (100, 1));
-            allocate(ud, p, 100, 0);
+            assert!(h.call(p, size, usize::MAX / 2).is_null());
+            assert_eq!(h.held(), (size, 1));
+            h.call(p, size, 0);
+            assert_eq!(h.held(), (0, 0));
         }
-        assert_eq!((a.bytes.load(Relaxed), a.blocks.load(Relaxed)), (0, 0));
     }
 }
