@@ -153,17 +153,27 @@ describe("Ctrl-C while the host waits", function()
     assert.matches("next\t8", out)
   end)
 
-  -- the coroutine's invoke raises; the interpreter's own hook then fires in the main thread, as
+  -- the coroutine's wait raises; the interpreter's own hook then fires in the main thread, as
   -- the coroutine returns, and ends the outer pcall with "interrupted!". The pool notes its
-  -- state's main thread when it is made: made in a coroutine, it must still watch the main
-  -- thread's hook, not its maker's.
+  -- state's main thread when it is made (its futures and maps carry it): made in a coroutine, it
+  -- must still watch the main thread's hook, not its maker's.
   for _, case in ipairs {
-    { "", "" },
+    { "", "", "pool:invoke" },
     { " for a pool that was made inside another coroutine",
       "pool = coroutine.wrap(function() return vmpool.new{ core = 1 } end)()\n"
-        .. "pool:compile('c', source_of_c)\n" },
+        .. "pool:compile('c', source_of_c)\n", "pool:invoke" },
+    { "", "", "fut:wait" },
+    { " for a pool that was made inside another coroutine",
+      "pool = coroutine.wrap(function() return vmpool.new{ core = 1 } end)()\n"
+        .. "pool:compile('c', source_of_c)\n", "fut:wait" },
+    { "", "", "pool:map" },
   } do
-    it("ends a wait inside a coroutine" .. case[1]
+    local call = ({
+      ["pool:invoke"] = 'pool:invoke("c", "interrupt_host", true)',
+      ["fut:wait"] = 'pool:submit("c", "interrupt_host", true):wait()',
+      ["pool:map"] = 'pool:map("c", "interrupt_host", { true })',
+    })[case[3]]
+    it("ends " .. case[3] .. "'s wait inside a coroutine" .. case[1]
       .. " on Lua 5.2 to 5.5, where the main thread's hook is visible", function()
       if vmpool.runtime == "Lua 5.1" or vmpool.runtime == "LuaJIT" then
         pending("Lua 5.1 and LuaJIT do not let a coroutine reach the main thread's hook")
@@ -171,7 +181,7 @@ describe("Ctrl-C while the host waits", function()
       end
       local out, status = run(case[2] .. [[
         local ok, err = pcall(function()
-          return pcall(coroutine.wrap(function() return pool:invoke("c", "interrupt_host", true) end))
+          return pcall(coroutine.wrap(function() return ]] .. call .. [[ end))
         end)
         caught()
         print("first", ok, err, gave_up())

@@ -628,7 +628,7 @@ fn stream_impl(st: State) -> Result<c_int, Error> {
     let pushed = userdata::push(st, ChannelHandle { chan, owner: true }, 2).and_then(|()| {
         userdata::push(
             st,
-            crate::host::future_api::FutureHandle::new(call.clone(), h.pool.clone()),
+            crate::host::future_api::FutureHandle::new(call.clone(), h.pool.clone(), h.main),
             userdata::UV_FUTURE,
         )
     });

@@ -26,6 +26,8 @@ pub struct FutureHandle {
     /// Whether the owner has seen this (subscribed) future finished: it no longer keeps the poll
     /// descriptor readable.
     claimed: Cell<bool>,
+    /// The main thread of the host state that made the pool (see `HostWait::with_main`).
+    main: *mut mlua::ffi::lua_State,
 }
 
 impl userdata::Tagged for FutureHandle {
@@ -37,12 +39,15 @@ impl userdata::Tagged for FutureHandle {
 }
 
 impl FutureHandle {
-    pub fn new(call: Arc<Call>, pool: Arc<Pool>) -> FutureHandle {
+    /// A future of `call`, made by a pool whose host state's main thread is `main`
+    /// (`PoolHandle::main`: null or that thread).
+    pub fn new(call: Arc<Call>, pool: Arc<Pool>, main: *mut mlua::ffi::lua_State) -> FutureHandle {
         FutureHandle {
             call: Some(call),
             pool,
             poll: OnceCell::new(),
             claimed: Cell::new(false),
+            main,
         }
     }
 
@@ -124,7 +129,9 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
     if !f.call().is_done() {
         f.pool.check_process()?;
         let deadline = crate::call::deadline_after(timeout);
-        let mut waiting = HostWait::new(st);
+        // SAFETY: `f.main` is null or the main thread of the state that made the pool, and a
+        // userdata belongs to one state: `st` is one of its threads.
+        let mut waiting = unsafe { HostWait::with_main(st, f.main) };
         loop {
             match waiting.call(f.call(), deadline) {
                 Waited::Done => break,
@@ -147,7 +154,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
         }
     }
     f.done();
-    st.set_top(1);
+    // the results go above the timeout: `push_outcome` needs no lower stack than at the call
     push_outcome(st, f.call())
 }
 

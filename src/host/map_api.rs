@@ -224,7 +224,8 @@ fn push_tables(st: State, len: usize, collect: bool) -> Result<(c_int, c_int), E
 crate::lua_function!(pub fn map => map_impl);
 /// `pool:map(name, fn, list [, options])` -> results (and errors with `errors = "collect"`).
 fn map_impl(st: State) -> Result<c_int, Error> {
-    let (mut run, list) = with_pool(st, 1, "map", |h| start(st, h, 2, "map"))?;
+    let ((mut run, list), main) =
+        with_pool(st, 1, "map", |h| Ok((start(st, h, 2, "map")?, h.main)))?;
     st.set_top(list + 1);
     let (results, errors) = push_tables(st, run.len(), run.collects())?;
     loop {
@@ -233,7 +234,9 @@ fn map_impl(st: State) -> Result<c_int, Error> {
         }
         if let Some(call) = run.wait_target() {
             run.pool().note_host_cpu();
-            let mut waiting = HostWait::new(st);
+            // SAFETY: `main` is null or the main thread of the state that made the pool, and a
+            // userdata belongs to one state: `st` is one of its threads.
+            let mut waiting = unsafe { HostWait::with_main(st, main) };
             if waiting.call(call, None) == Waited::Interrupted {
                 // Ctrl-C: the map's calls are stopped as when an item fails (dropping the run)
                 if let Some(e) = waiting.interrupt_error("pool:map()") {

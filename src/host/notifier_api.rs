@@ -55,6 +55,9 @@ pub struct NotifierHandle {
     pollfd: Option<RawFd>,
     /// `sys::fork_generation()` when made with `_notifier(true)`; `None` otherwise.
     born: Option<u64>,
+    /// The main thread of the host state that made the notifier (`State::main_thread`: null or
+    /// that thread), for its waits' hook mark (see `HostWait::with_main`).
+    main: *mut mlua::ffi::lua_State,
 }
 
 impl NotifierHandle {
@@ -93,6 +96,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
         listener: None,
         pollfd: None,
         born,
+        main: st.main_thread(),
     };
     userdata::push(st, h, UV_NOTIFIER)?;
     Ok(1)
@@ -106,9 +110,12 @@ fn deadline_at(st: State, idx: c_int) -> Option<std::time::Instant> {
 }
 
 /// Sleeps until tokens are queued (see `Waits::wait`); Ctrl-C raises (`doing` names the caller).
-fn wait_tokens(st: State, w: &mut Waits, idx: c_int, doing: &str) -> Result<(), Error> {
+fn wait_tokens(st: State, n: &mut NotifierHandle, idx: c_int, doing: &str) -> Result<(), Error> {
     let deadline = deadline_at(st, idx);
-    let mut waiting = crate::host::call_io::HostWait::new(st);
+    // SAFETY: `n.main` is null or the main thread of the state that made the notifier, and a
+    // userdata belongs to one state: `st` is one of its threads.
+    let mut waiting = unsafe { crate::host::call_io::HostWait::with_main(st, n.main) };
+    let w = &mut n.waits;
     let mut interrupted = false;
     w.wait(deadline, &mut || {
         interrupted = waiting.changed();
@@ -142,7 +149,7 @@ crate::lua_function!(pub fn wait => wait_impl);
 /// `notifier:wait([timeout])` -> tokens: sleeps (no CPU) until calls finished.
 fn wait_impl(st: State) -> Result<c_int, Error> {
     crate::hold!(h = handle(st));
-    wait_tokens(st, &mut h.waits, 2, "notifier:wait()")?;
+    wait_tokens(st, &mut h, 2, "notifier:wait()")?;
     push_tokens(st, &mut h.waits)
 }
 
@@ -163,7 +170,7 @@ fn collect_impl(st: State) -> Result<c_int, Error> {
     if st.type_of(2) != TTABLE {
         return Err(Error::private("notifier:_collect", "a buffer table"));
     }
-    wait_tokens(st, &mut h.waits, 3, "vmpool.run")?;
+    wait_tokens(st, &mut h, 3, "vmpool.run")?;
     let tokens = &h.waits.tokens;
     let n = tokens.len();
     st.set_top(2);
@@ -311,7 +318,7 @@ fn call_impl(st: State) -> Result<c_int, Error> {
     }
     crate::hold!(pool = pool_arg(st));
     let call = pool.prepare_with(st, 3, "co_invoke", Some(&mut n.waits.cache))?;
-    st.set_top(2);
+    // the token goes above the arguments (a C function has `LUA_MINSTACK` free slots there)
     let (token, first) = n.waits.call(&pool.pool, call)?;
     st.push_integer(token as i64);
     if first {
@@ -387,7 +394,7 @@ fn take_impl(st: State) -> Result<c_int, Error> {
     crate::hold!(n = handle(st));
     let token = token_arg(st, 2)?;
     let call = n.waits.take(token, &|| st.to_boolean(3))?;
-    st.set_top(1);
+    // the results go above the arguments: `push_outcome` needs no lower stack than at the call
     let result = push_outcome(st, &call);
     n.waits.cache.put(call);
     result

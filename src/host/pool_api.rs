@@ -116,11 +116,11 @@ crate::lua_function!(pub fn submit => submit_impl);
 fn submit_impl(st: State) -> Result<c_int, Error> {
     crate::hold!(h = handle(st));
     let call = h.prepare(st, "submit")?;
-    st.set_top(1);
+    // the future goes above the arguments (a C function has `LUA_MINSTACK` free slots there)
     // The future comes first: if it cannot be created, nothing was submitted that nobody holds.
     if let Err(e) = userdata::push(
         st,
-        FutureHandle::new(call.clone(), h.pool.clone()),
+        FutureHandle::new(call.clone(), h.pool.clone(), h.main),
         UV_FUTURE,
     ) {
         h.recycle(call);
