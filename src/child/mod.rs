@@ -637,7 +637,12 @@ end
     /// already replaced when it is first loaded (its call was submitted before the recompile)
     /// runs once and is forgotten, since the log of removals has gone past it.
     fn ensure_loaded(&mut self, chunks: &Chunks, chunk: &Chunk) -> Result<bool, Failed> {
-        if chunk.id == crate::chunk::ANONYMOUS || self.loaded.ids.contains(&chunk.id) {
+        // the chunk the lookup slots hold is loaded (forgetting or reloading it empties them):
+        // a state called with one chunk again and again asks no hash set
+        if chunk.id == crate::chunk::ANONYMOUS
+            || chunk.id == self.lookup.chunk
+            || self.loaded.ids.contains(&chunk.id)
+        {
             return Ok(true);
         }
         let st = self.st;
