@@ -142,6 +142,22 @@ mod tests {
     }
 
     #[test]
+    fn a_duration_in_ticks_is_that_many_nanoseconds_back_and_a_far_one_is_none() {
+        init();
+        for ns in [1_000u64, 1_000_000, 60_000_000_000, 86_400_000_000_000] {
+            let t = ticks_of(std::time::Duration::from_nanos(ns)).expect("fits");
+            let back = nanos(t);
+            // one tick of rounding each way, and the factor's 2^-32 relative error
+            assert!(
+                back.abs_diff(ns) <= 2 + ns / (1 << 20),
+                "{ns} ns -> {t} ticks -> {back} ns"
+            );
+        }
+        assert_eq!(ticks_of(std::time::Duration::MAX), None);
+        assert_eq!(ticks_of(std::time::Duration::from_secs(u64::MAX / 4)), None);
+    }
+
+    #[test]
     fn ticks_measure_time_as_the_monotonic_clock_does() {
         init();
         let (t0, n0, gap0) = bracketed();
