@@ -47,7 +47,7 @@ impl Child {
             };
             if self.hooked && done > 0 {
                 // `time_limit` holds per item (`arm` set the first item's deadline)
-                let deadline = super::deadline_after(self.limit_ticks);
+                let deadline = super::limits::deadline_after(self.limit_ticks);
                 self.limits.deadline.set(deadline);
                 if let Some((_, slot)) = &self.watch {
                     slot.set_deadline(deadline, &self.limits.stop);

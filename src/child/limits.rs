@@ -1,7 +1,8 @@
 //! The limit hook behind `time_limit` and cancelling running calls (set by the watchdog when a
 //! call is due, and as a count hook in coroutines and `init`), and what it checks: the running
 //! call's deadline and interrupt flag, shared with the hook through a thread-local pointer to the
-//! worker's state's [`Limits`], which counts only while `armed` (a call, `init` or a collection).
+//! worker's state's [`Limits`], which counts only while `armed` (a call, `init` or a
+//! collection); and `Child::arm` and `disarm`, which set them around a call.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int};
@@ -10,6 +11,8 @@ use std::sync::Arc;
 
 use mlua::ffi;
 
+use super::Child;
+use crate::call::Call;
 use crate::lua::State;
 use crate::Error;
 
@@ -153,4 +156,45 @@ pub(crate) fn stop_error(st: State) -> Error {
         }
         _ => Error::Cancelled,
     }
+}
+
+impl Child {
+    /// Arms the call's limits. `LIMITS` points at this child's limits for good (see `configure`),
+    /// so a call pays for no thread-local access; without a hook they stay armed between calls
+    /// and only the call's flags are set (a channel's wait reads them: [`call_must_stop`]).
+    #[inline]
+    pub(super) fn arm(&mut self, call: &Call) {
+        let lim = &*self.limits;
+        lim.interrupt.set(&call.interrupt);
+        lim.tripped.set(Trip::None);
+        if !self.hooked {
+            return;
+        }
+        let deadline = deadline_after(self.limit_ticks);
+        lim.deadline.set(deadline);
+        lim.armed.set(true);
+        if let Some((_, slot)) = &self.watch {
+            slot.arm(self.st.as_ptr(), deadline, &call.interrupt, &lim.stop);
+        }
+    }
+
+    /// The call ended: the hook and a channel's wait no longer see its limits (with a hook), and
+    /// the watchdog leaves the state alone.
+    #[inline]
+    pub(super) fn disarm(&mut self) {
+        self.limits.interrupt.set(std::ptr::null());
+        if !self.hooked {
+            return;
+        }
+        if let Some((_, slot)) = &self.watch {
+            slot.disarm();
+        }
+        self.limits.armed.set(false);
+    }
+}
+
+/// The clock tick `ticks` from now (`None`: no deadline, or one too far to represent).
+#[inline]
+pub(super) fn deadline_after(ticks: Option<u64>) -> Option<u64> {
+    ticks.and_then(|t| crate::clock::now().checked_add(t))
 }

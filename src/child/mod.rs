@@ -347,7 +347,7 @@ impl Child {
             };
             let lim = &*self.limits;
             lim.deadline
-                .set(deadline_after(crate::clock::ticks_of(limit)));
+                .set(limits::deadline_after(crate::clock::ticks_of(limit)));
             lim.interrupt.set(std::ptr::null());
             lim.tripped.set(Trip::None);
             lim.armed.set(true);
@@ -604,35 +604,6 @@ end
         tripped || rc == ffi::LUA_ERRMEM
     }
 
-    /// Arms the call's limits. `LIMITS` points at this child's limits for good (see `configure`),
-    /// so a call pays for no thread-local access; without a hook they stay armed between calls
-    /// and only the call's flags are set (a channel's wait reads them: `limits::call_must_stop`).
-    fn arm(&mut self, call: &Call) {
-        let lim = &*self.limits;
-        lim.interrupt.set(&call.interrupt);
-        lim.tripped.set(Trip::None);
-        if !self.hooked {
-            return;
-        }
-        let deadline = deadline_after(self.limit_ticks);
-        lim.deadline.set(deadline);
-        lim.armed.set(true);
-        if let Some((_, slot)) = &self.watch {
-            slot.arm(self.st.as_ptr(), deadline, &call.interrupt, &lim.stop);
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.limits.interrupt.set(std::ptr::null());
-        if !self.hooked {
-            return;
-        }
-        if let Some((_, slot)) = &self.watch {
-            slot.disarm();
-        }
-        self.limits.armed.set(false);
-    }
-
     /// Loads `chunk` unless this state has it. Returns whether the state keeps it: a version
     /// already replaced when it is first loaded (its call was submitted before the recompile)
     /// runs once and is forgotten, since the log of removals has gone past it.
@@ -803,10 +774,4 @@ impl Drop for Child {
             }
         });
     }
-}
-
-/// The clock tick `ticks` from now (`None`: no deadline, or one too far to represent).
-#[inline]
-fn deadline_after(ticks: Option<u64>) -> Option<u64> {
-    ticks.and_then(|t| crate::clock::now().checked_add(t))
 }
