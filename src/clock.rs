@@ -1,5 +1,6 @@
-//! The clock of the pools' latency figures (`pool:stats()`'s `wait` and `run`): three reads per
-//! call (submit, start, end), so it must cost next to nothing. Where the kernel keeps time with
+//! The clock of the pools' latency figures (`pool:stats()`'s `wait` and `run`: three reads per
+//! call, submit, start and end) and of time-limited calls' deadlines, so it must cost next to
+//! nothing. Where the kernel keeps time with
 //! the CPU's time-stamp counter itself (x86-64 Linux with clocksource `tsc`: invariant and in step
 //! across CPUs, which the kernel checks), a read is one `rdtsc`; anywhere else it is
 //! `CLOCK_MONOTONIC` in nanoseconds. Ticks become nanoseconds by a 32.32 fixed-point factor,
@@ -51,6 +52,14 @@ pub fn now_with(tsc: bool) -> u64 {
 #[inline]
 pub fn nanos(ticks: u64) -> u64 {
     ((u128::from(ticks) * u128::from(NS_PER_TICK.load(Ordering::Relaxed))) >> 32) as u64
+}
+
+/// A duration in ticks, or `None` past half the clock's range (a deadline that far never comes).
+pub fn ticks_of(d: std::time::Duration) -> Option<u64> {
+    let per_tick = u128::from(NS_PER_TICK.load(Ordering::Relaxed).max(1));
+    u64::try_from((d.as_nanos() << 32) / per_tick)
+        .ok()
+        .filter(|&t| t <= u64::MAX / 2)
 }
 
 /// Chooses the clock, once per process (calibrating the time-stamp counter takes 1 ms).
@@ -130,6 +139,22 @@ mod tests {
             })
             .min_by_key(|&(_, _, gap)| gap)
             .unwrap()
+    }
+
+    #[test]
+    fn a_duration_in_ticks_is_that_many_nanoseconds_back_and_a_far_one_is_none() {
+        init();
+        for ns in [1_000u64, 1_000_000, 60_000_000_000, 86_400_000_000_000] {
+            let t = ticks_of(std::time::Duration::from_nanos(ns)).expect("fits");
+            let back = nanos(t);
+            // one tick of rounding each way, and the factor's 2^-32 relative error
+            assert!(
+                back.abs_diff(ns) <= 2 + ns / (1 << 20),
+                "{ns} ns -> {t} ticks -> {back} ns"
+            );
+        }
+        assert_eq!(ticks_of(std::time::Duration::MAX), None);
+        assert_eq!(ticks_of(std::time::Duration::from_secs(u64::MAX / 4)), None);
     }
 
     #[test]

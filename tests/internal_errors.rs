@@ -13,6 +13,8 @@ const SITES: &[(&str, &str, &str)] = &[
      "the batch message is written by the host's own encoder in the same process"),
     ("src/child/mod.rs", "call without a chunk",
      "every call the host posts names a compiled chunk it holds (checked before submit)"),
+    ("src/child/run.rs", "a call failed without a cause",
+     "Child::call_failed runs only when lua_pcall failed or the trampoline noted a failure"),
     ("src/child/run.rs", "bad call message:",
      "the call message is written by the host's own encoder; more arguments than a call takes are refused before it is sent (call_io::too_many_args)"),
     ("src/chunk.rs", "cannot dump chunk",

@@ -7,7 +7,7 @@
 use std::sync::atomic::Ordering;
 
 use super::{Child, Failure, RunCtx, Step, BASE, FUNC_NAME, MSGH, TRAMPOLINE};
-use crate::call::{deadline_after, Call, Outcome};
+use crate::call::{Call, Outcome};
 use crate::child::limits::Trip;
 use crate::chunk::Chunk;
 use crate::Error;
@@ -47,7 +47,7 @@ impl Child {
             };
             if self.hooked && done > 0 {
                 // `time_limit` holds per item (`arm` set the first item's deadline)
-                let deadline = deadline_after(self.time_limit);
+                let deadline = super::limits::deadline_after(self.limit_ticks);
                 self.limits.deadline.set(deadline);
                 if let Some((_, slot)) = &self.watch {
                     slot.set_deadline(deadline, &self.limits.stop);

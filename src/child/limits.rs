@@ -1,16 +1,18 @@
 //! The limit hook behind `time_limit` and cancelling running calls (set by the watchdog when a
 //! call is due, and as a count hook in coroutines and `init`), and what it checks: the running
-//! call's deadline and interrupt flag, shared with the hook through a thread-local pointer that
-//! is set only while a call (or `init`, or a collection) is armed.
+//! call's deadline and interrupt flag, shared with the hook through a thread-local pointer to the
+//! worker's state's [`Limits`], which counts only while `armed` (a call, `init` or a
+//! collection); and `Child::arm` and `disarm`, which set them around a call.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
 
 use mlua::ffi;
 
+use super::Child;
+use crate::call::Call;
 use crate::lua::State;
 use crate::Error;
 
@@ -19,11 +21,17 @@ pub(super) const HOOK_COUNT: c_int = 1000;
 
 /// What the limit hook checks, shared with it through a thread-local pointer.
 pub(super) struct Limits {
-    pub(super) deadline: Cell<Option<Instant>>,
+    /// The armed call's deadline in [`crate::clock::now`] ticks.
+    pub(super) deadline: Cell<Option<u64>>,
     pub(super) interrupt: Cell<*const AtomicBool>,
     /// The pool's stop flag: set when a bounded `close` stops the calls still running.
     pub(super) stop: Arc<AtomicBool>,
     pub(super) tripped: Cell<Trip>,
+    /// Whether the readers of `LIMITS` see these limits: while a call (or `init`, or a
+    /// collection) is armed, and always in a state without the limit hook. A flag beside the
+    /// pointer, so that arming a call costs no thread-local access: the pointer is set once per
+    /// state (`Child::configure`).
+    pub(super) armed: Cell<bool>,
 }
 
 impl Limits {
@@ -40,7 +48,11 @@ impl Limits {
             self.tripped.set(Trip::Cancel);
         } else if self.stop.load(Ordering::Relaxed) {
             self.tripped.set(Trip::Closed);
-        } else if self.deadline.get().is_some_and(|d| Instant::now() >= d) {
+        } else if self
+            .deadline
+            .get()
+            .is_some_and(|d| crate::clock::now() >= d)
+        {
             self.tripped.set(Trip::Time);
         }
         self.tripped.get()
@@ -50,7 +62,10 @@ impl Limits {
     /// cannot stop) trips the time limit as if the hook had seen it.
     pub(super) fn trip_if_past_deadline(&self) {
         if self.tripped.get() == Trip::None
-            && self.deadline.get().is_some_and(|d| Instant::now() >= d)
+            && self
+                .deadline
+                .get()
+                .is_some_and(|d| crate::clock::now() >= d)
         {
             self.tripped.set(Trip::Time);
         }
@@ -69,15 +84,23 @@ thread_local! {
     pub(super) static LIMITS: Cell<*const Limits> = const { Cell::new(std::ptr::null()) };
 }
 
+/// Runs `f` on this thread's armed limits, if any.
+#[inline]
+fn with_armed<R>(f: impl FnOnce(Option<&Limits>) -> R) -> R {
+    LIMITS.with(|c| {
+        let p = c.get();
+        // SAFETY: `LIMITS` points at the worker's state's `Limits` (boxed, so it does not move)
+        // until that state is dropped, which resets it first; only this thread reads it.
+        let lim = (!p.is_null()).then(|| unsafe { &*p });
+        f(lim.filter(|l| l.armed.get()))
+    })
+}
+
 // `tripped()` in a child: whether the running call hit its time limit or was interrupted (the
 // `xpcall` guard asks it; see `Child::guard_xpcall`).
 crate::lua_function!(pub(super) fn LIMIT_TRIPPED => limit_tripped);
 fn limit_tripped(st: State) -> Result<c_int, Error> {
-    let tripped = LIMITS.with(|c| {
-        let p = c.get();
-        // SAFETY: as in `limit_hook`: set only while a call is armed on this thread.
-        !p.is_null() && unsafe { (*p).tripped.get() } != Trip::None
-    });
+    let tripped = with_armed(|lim| lim.is_some_and(|l| l.tripped.get() != Trip::None));
     st.push_bool(tripped);
     Ok(1)
 }
@@ -87,16 +110,7 @@ pub(super) unsafe extern "C-unwind" fn limit_hook(
     l: *mut ffi::lua_State,
     _ar: *mut ffi::lua_Debug,
 ) {
-    let trip = LIMITS.with(|c| {
-        let p = c.get();
-        if p.is_null() {
-            return Trip::None;
-        }
-        // SAFETY: `LIMITS` points at the running child's `Limits` while a call is armed, and is
-        // reset before that child is dropped; the hook runs on the child's own thread.
-        let lim = unsafe { &*p };
-        lim.check()
-    });
+    let trip = with_armed(|lim| lim.map_or(Trip::None, Limits::check));
     let msg: &'static str = match trip {
         Trip::None => return,
         Trip::Time => "vmpool: time limit exceeded",
@@ -115,35 +129,23 @@ pub(super) unsafe extern "C-unwind" fn limit_hook(
 
 /// Whether this thread runs a pool state's call (or `init`): a wait here is a pool state's, which
 /// the call's stop test ends ([`call_must_stop`]); elsewhere it is the host's. (In a pool without
-/// a `time_limit` the worker's thread keeps `LIMITS` set between calls, when nothing reads it.)
+/// a `time_limit` the worker's thread keeps its limits armed between calls, when nothing reads
+/// them.)
 pub(crate) fn call_armed() -> bool {
-    LIMITS.with(|c| !c.get().is_null())
+    with_armed(|lim| lim.is_some())
 }
 
 /// The stop test of a wait inside the armed call (a channel's): true once the call was cancelled,
 /// its pool stopped by a bounded close, or its time limit passed. It trips the limit as the hook
 /// does, so the call fails with the limit's error whatever Lua code makes of [`stop_error`].
 pub(crate) fn call_must_stop() -> bool {
-    LIMITS.with(|c| {
-        let p = c.get();
-        if p.is_null() {
-            return false;
-        }
-        // SAFETY: as in `limit_hook`: set only while a call is armed on this thread, which is the
-        // thread asking.
-        let lim = unsafe { &*p };
-        lim.check() != Trip::None
-    })
+    with_armed(|lim| lim.is_some_and(|l| l.check() != Trip::None))
 }
 
 /// The error a wait stopped by [`call_must_stop`] raises. The hook is set to fire at the next
 /// instruction, as it does when it trips, so a `pcall` around the wait cannot carry on.
 pub(crate) fn stop_error(st: State) -> Error {
-    let trip = LIMITS.with(|c| {
-        let p = c.get();
-        // SAFETY: as in `call_must_stop`.
-        (!p.is_null()).then(|| unsafe { (*p).tripped.get() })
-    });
+    let trip = with_armed(|lim| lim.map(|l| l.tripped.get()));
     // SAFETY: installs our hook on the running state (its own thread); the hook reads only this
     // thread's `LIMITS`, and the state is replaced after a tripped call.
     unsafe { ffi::lua_sethook(st.as_ptr(), Some(limit_hook), ffi::LUA_MASKCOUNT, 1) };
@@ -154,4 +156,45 @@ pub(crate) fn stop_error(st: State) -> Error {
         }
         _ => Error::Cancelled,
     }
+}
+
+impl Child {
+    /// Arms the call's limits. `LIMITS` points at this child's limits for good (see `configure`),
+    /// so a call pays for no thread-local access; without a hook they stay armed between calls
+    /// and only the call's flags are set (a channel's wait reads them: [`call_must_stop`]).
+    #[inline]
+    pub(super) fn arm(&mut self, call: &Call) {
+        let lim = &*self.limits;
+        lim.interrupt.set(&call.interrupt);
+        lim.tripped.set(Trip::None);
+        if !self.hooked {
+            return;
+        }
+        let deadline = deadline_after(self.limit_ticks);
+        lim.deadline.set(deadline);
+        lim.armed.set(true);
+        if let Some((_, slot)) = &self.watch {
+            slot.arm(self.st.as_ptr(), deadline, &call.interrupt, &lim.stop);
+        }
+    }
+
+    /// The call ended: the hook and a channel's wait no longer see its limits (with a hook), and
+    /// the watchdog leaves the state alone.
+    #[inline]
+    pub(super) fn disarm(&mut self) {
+        self.limits.interrupt.set(std::ptr::null());
+        if !self.hooked {
+            return;
+        }
+        if let Some((_, slot)) = &self.watch {
+            slot.disarm();
+        }
+        self.limits.armed.set(false);
+    }
+}
+
+/// The clock tick `ticks` from now (`None`: no deadline, or one too far to represent).
+#[inline]
+pub(super) fn deadline_after(ticks: Option<u64>) -> Option<u64> {
+    ticks.and_then(|t| crate::clock::now().checked_add(t))
 }

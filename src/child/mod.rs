@@ -77,6 +77,9 @@ const MAX_RESULTS: c_int = if cfg!(any(feature = "lua51", feature = "luajit")) {
 pub type Ran = Result<(), Failed>;
 /// A call's outcome other than plain success, and whether the state must be replaced.
 pub type Failed = Box<(Outcome, bool)>;
+/// How [`Child::run`] ended: a success carries the encoded results, which the worker hands to
+/// [`Call::finish_ok`] by value (no lock of the call's data to put them there and take them back).
+pub type Finished = Result<Vec<u8>, Failed>;
 
 pub struct Child {
     /// Owns the state; dropping it closes the state.
@@ -110,6 +113,8 @@ pub struct Child {
     /// runs a batch; then it keeps the last batch's item buffer for the next one).
     batch_out: Vec<u8>,
     time_limit: Option<Duration>,
+    /// `time_limit` in clock ticks (`None`: none, or too far to ever come).
+    limit_ticks: Option<u64>,
     memory_limit: Option<usize>,
 }
 
@@ -183,6 +188,8 @@ impl Child {
         watchdog: Option<&Arc<watchdog::Watchdog>>,
     ) -> Result<Child, Error> {
         let stop = stop.clone();
+        // deadlines are clock ticks: the clock is chosen before any is taken
+        crate::clock::init();
         let heap = OwnedState::new()?;
         let st = heap.state();
         // the four slots at rest, a direct call's function and arguments, and 2 for lookups;
@@ -217,6 +224,7 @@ impl Child {
                 interrupt: Cell::new(std::ptr::null()),
                 stop,
                 tripped: Cell::new(Trip::None),
+                armed: Cell::new(false),
             }),
             func: Vec::new(),
             func_in_slot: Vec::with_capacity(32),
@@ -229,6 +237,7 @@ impl Child {
             protos: Vec::new(),
             batch_out: Vec::new(),
             time_limit: cfg.time_limit,
+            limit_ticks: cfg.time_limit.and_then(crate::clock::ticks_of),
             memory_limit: cfg.memory_limit,
         };
         // the watchdog stops this state's calls (on Lua 5.4 and 5.5 only if it got a signal slot;
@@ -309,10 +318,10 @@ impl Child {
                 )
             };
         }
-        if !self.hooked {
-            // no hook reads it between calls: a channel's wait finds the running call's flags
-            LIMITS.with(|l| l.set(&*self.limits));
-        }
+        // once per state: arming a call then only flips `armed` (without a hook, no hook reads
+        // the limits between calls, and a channel's wait finds the running call's flags)
+        self.limits.armed.set(!self.hooked);
+        LIMITS.with(|l| l.set(&*self.limits));
         Ok(())
     }
 
@@ -337,15 +346,18 @@ impl Child {
                 )
             };
             let lim = &*self.limits;
-            lim.deadline.set(crate::call::deadline_after(Some(limit)));
+            lim.deadline
+                .set(limits::deadline_after(crate::clock::ticks_of(limit)));
             lim.interrupt.set(std::ptr::null());
             lim.tripped.set(Trip::None);
+            lim.armed.set(true);
             LIMITS.with(|l| l.set(lim));
         }
         let result = self.exec(init, "init");
         let tripped = self.limits.tripped.replace(Trip::None) != Trip::None;
         if timed.is_some() {
-            LIMITS.with(|l| l.set(std::ptr::null()));
+            self.limits.armed.set(false);
+            self.limits.deadline.set(None);
             // SAFETY: removes the hook again; `configure` installs it for calls if they need it.
             unsafe { ffi::lua_sethook(self.st.as_ptr(), None, 0, 0) };
         }
@@ -436,8 +448,8 @@ end
     }
 
     /// Runs `call` (which is RUNNING and owned by this worker). Returns how it ended (see
-    /// [`Ran`]).
-    pub fn run(&mut self, chunks: &Chunks, call: &Arc<Call>) -> Ran {
+    /// [`Finished`]); a failed batch's results stay in the call's buffer (`items_done` of them).
+    pub fn run(&mut self, chunks: &Chunks, call: &Arc<Call>) -> Finished {
         let epoch = chunks.epoch();
         if epoch != self.chunk_epoch {
             self.drop_stale_chunks(chunks);
@@ -543,12 +555,17 @@ end
             drop_protos(&mut self.protos);
         }
         let mut data = call.data.lock();
-        data.buf = buf;
         data.chunk = chunk;
         data.items_done = items_done;
         std::mem::swap(&mut self.func, &mut data.func);
         self.encoder.move_protos(&mut data.protos);
-        ran
+        match ran {
+            Ok(()) => Ok(buf),
+            Err(failed) => {
+                data.buf = buf;
+                Err(failed)
+            }
+        }
     }
 
     /// Lua 5.5 builds the strings of `luaL_Buffer` (`string.rep`, `table.concat`, `string.format`,
@@ -587,40 +604,16 @@ end
         tripped || rc == ffi::LUA_ERRMEM
     }
 
-    /// Arms the call's limits. Without a hook only the call's flags are set: `LIMITS` points at
-    /// this child's limits for good (see `configure`), which a channel's wait reads
-    /// (`limits::call_must_stop`), so a call pays for no thread-local access.
-    fn arm(&mut self, call: &Call) {
-        let lim = &*self.limits;
-        lim.interrupt.set(&call.interrupt);
-        lim.tripped.set(Trip::None);
-        if !self.hooked {
-            return;
-        }
-        let deadline = crate::call::deadline_after(self.time_limit);
-        lim.deadline.set(deadline);
-        LIMITS.with(|l| l.set(lim));
-        if let Some((_, slot)) = &self.watch {
-            slot.arm(self.st.as_ptr(), deadline, &call.interrupt, &lim.stop);
-        }
-    }
-
-    fn disarm(&mut self) {
-        self.limits.interrupt.set(std::ptr::null());
-        if !self.hooked {
-            return;
-        }
-        if let Some((_, slot)) = &self.watch {
-            slot.disarm();
-        }
-        LIMITS.with(|l| l.set(std::ptr::null()));
-    }
-
     /// Loads `chunk` unless this state has it. Returns whether the state keeps it: a version
     /// already replaced when it is first loaded (its call was submitted before the recompile)
     /// runs once and is forgotten, since the log of removals has gone past it.
     fn ensure_loaded(&mut self, chunks: &Chunks, chunk: &Chunk) -> Result<bool, Failed> {
-        if chunk.id == crate::chunk::ANONYMOUS || self.loaded.ids.contains(&chunk.id) {
+        // the chunk the lookup slots hold is loaded (forgetting or reloading it empties them):
+        // a state called with one chunk again and again asks no hash set
+        if chunk.id == crate::chunk::ANONYMOUS
+            || chunk.id == self.lookup.chunk
+            || self.loaded.ids.contains(&chunk.id)
+        {
             return Ok(true);
         }
         let st = self.st;

@@ -181,6 +181,24 @@ impl Child {
             Some(true) => Results::Nested,
             None => Results::Unseen,
         };
+        if rc == 0 && failure == Failure::None {
+            return Ok(st.top() - BASE);
+        }
+        Err(self.call_failed(chunk, rc, failure, via_trampoline))
+    }
+
+    /// The outcome of a call that failed (`lua_pcall`'s status `rc`, or what the trampoline
+    /// noted in `failure`); the stack goes back to `BASE`.
+    #[cold]
+    #[inline(never)]
+    fn call_failed(
+        &mut self,
+        chunk: &Chunk,
+        rc: c_int,
+        failure: Failure,
+        via_trampoline: bool,
+    ) -> Failed {
+        let st = self.st;
         let func_name = || String::from_utf8_lossy(&self.func).into_owned();
         let runtime = |message: String| Error::Runtime {
             chunk: chunk.name.clone(),
@@ -195,10 +213,14 @@ impl Child {
         if rc != 0 {
             let failed = self.failure(rc, &chunk.name, &func_name(), runtime);
             st.set_top(BASE);
-            return Err(Box::new(failed));
+            return Box::new(failed);
         }
         let failed = match failure {
-            Failure::None => return Ok(st.top() - BASE),
+            // (not reached: a call with neither fails before this)
+            Failure::None => (
+                Outcome::Err(Error::Internal("a call failed without a cause".into())),
+                false,
+            ),
             Failure::NoFunction { global } => (
                 Outcome::Err(Error::NoFunction {
                     chunk: chunk.name.clone(),
@@ -224,7 +246,7 @@ impl Child {
             }
         };
         st.set_top(BASE);
-        Err(Box::new(failed))
+        Box::new(failed)
     }
 
     /// The direct call: a call whose arguments are at most [`DIRECT_ARGS`] nil, booleans,

@@ -24,7 +24,7 @@ use std::ffi::c_int;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mlua::ffi;
 use parking_lot::{Condvar, Mutex};
@@ -67,7 +67,8 @@ pub struct Slot(Mutex<Armed>, Option<signal::Ticket>);
 struct Armed {
     /// The state's main thread, while armed.
     l: *mut ffi::lua_State,
-    deadline: Option<Instant>,
+    /// In [`crate::clock::now`] ticks.
+    deadline: Option<u64>,
     /// The running call's interrupt flag (`fut:cancel()`), alive while armed.
     interrupt: *const AtomicBool,
     armed: bool,
@@ -132,7 +133,7 @@ impl Slot {
     pub fn arm(
         &self,
         l: *mut ffi::lua_State,
-        deadline: Option<Instant>,
+        deadline: Option<u64>,
         interrupt: &AtomicBool,
         stop: &AtomicBool,
     ) {
@@ -154,7 +155,7 @@ impl Slot {
 
     /// The next item of a map batch starts with a deadline of its own (on the worker's thread,
     /// between items: a hook fired for the previous deadline has found nothing to stop).
-    pub fn set_deadline(&self, deadline: Option<Instant>, stop: &AtomicBool) {
+    pub fn set_deadline(&self, deadline: Option<u64>, stop: &AtomicBool) {
         let mut a = self.0.lock();
         if !a.armed {
             return;
@@ -260,20 +261,25 @@ impl Watchdog {
     fn watch(&self) {
         let mut g = self.shared.lock();
         while !g.shutdown {
-            let next = self.scan(&g.slots, Instant::now());
-            match next.or_else(|| self.idle.map(|d| Instant::now() + d)) {
-                Some(until) => {
-                    self.wake.wait_until(&mut g, until);
+            let now = crate::clock::now();
+            let next = self.scan(&g.slots, now);
+            let sleep =
+                next.map(|t| Duration::from_nanos(crate::clock::nanos(t.saturating_sub(now))));
+            match sleep.or(self.idle) {
+                Some(d) => {
+                    self.wake.wait_for(&mut g, d);
                 }
                 None => self.wake.wait(&mut g),
             }
         }
     }
 
-    /// Fires on the armed states that are due; returns the earliest deadline still pending.
-    fn scan(&self, slots: &[Arc<Slot>], now: Instant) -> Option<Instant> {
+    /// Fires on the armed states that are due; returns the earliest deadline still pending (clock
+    /// ticks, as `now`).
+    fn scan(&self, slots: &[Arc<Slot>], now: u64) -> Option<u64> {
         let stop = self.stop.load(Ordering::SeqCst);
-        let mut next: Option<Instant> = None;
+        let retry_in = crate::clock::ticks_of(RETRY).unwrap_or(0);
+        let mut next: Option<u64> = None;
         for slot in slots {
             let mut a = slot.0.lock();
             if !a.armed || a.fired {
@@ -286,11 +292,11 @@ impl Watchdog {
                 if slot.fire_armed(&a) {
                     a.fired = true;
                 } else {
-                    let retry = now + RETRY;
-                    next = Some(next.map_or(retry, |n: Instant| n.min(retry)));
+                    let retry = now.saturating_add(retry_in);
+                    next = Some(next.map_or(retry, |n| n.min(retry)));
                 }
             } else if let Some(d) = a.deadline {
-                next = Some(next.map_or(d, |n: Instant| n.min(d)));
+                next = Some(next.map_or(d, |n| n.min(d)));
             }
         }
         next

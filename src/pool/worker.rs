@@ -276,7 +276,7 @@ fn serve<const TSC: bool>(
                 .record(crate::clock::now_with(TSC).saturating_sub(start));
         }
         let (ended, replace) = match &ran {
-            Some(Ok(())) => (Ended::of(&Outcome::Ok), false),
+            Some(Ok(_)) => (Ended::of(&Outcome::Ok), false),
             Some(Err(failed)) => (Ended::of(&failed.0), failed.1),
             None => (Ended::Uncounted, false),
         };
@@ -316,8 +316,10 @@ fn serve<const TSC: bool>(
         // release before waking the caller, so that a caller that immediately calls again finds
         // this state idle (and `stats()` read after a result already shows it free)
         let after = pool.release(mailbox, core, ended);
-        if runnable {
-            call.finish(outcome_of(ran));
+        match ran {
+            Some(Ok(results)) => call.finish_ok(results),
+            Some(Err(failed)) => call.finish(failed.0),
+            None => {} // cancelled before it ran: its canceller finished it
         }
         drop(call);
         drop(replaced);
@@ -330,11 +332,12 @@ fn serve<const TSC: bool>(
     drop(child);
 }
 
-/// The outcome of a call that ran (`ran`), or `Pending` for one that did not.
+/// The outcome of a call that ran (`ran`), or `Pending` for one that did not (its results, if
+/// any, are dropped: only a failure reaches this).
 #[inline(always)]
-fn outcome_of(ran: Option<crate::child::Ran>) -> Outcome {
+fn outcome_of(ran: Option<crate::child::Finished>) -> Outcome {
     match ran {
-        Some(Ok(())) => Outcome::Ok,
+        Some(Ok(_)) => Outcome::Ok,
         Some(Err(failed)) => failed.0,
         None => Outcome::Pending,
     }
