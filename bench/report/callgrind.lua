@@ -54,9 +54,9 @@ local function hand_off()
   if inv and dir then
     w(string.format("Of the %s instructions of a blocking invoke on Lua 5.4, about %s are the script itself " ..
       "(what the direct call costs in the host); the hand-off costs the other %s (host %s, pool %s beyond the " ..
-      "script). The 4,000 target leaves %s for the hand-off.", num(inv.total, 0), num(dir.total, 0),
-      num(inv.total - dir.total, 0), num(inv.host, 0), num(inv.pool - dir.total, 0),
-      num(TARGETS.invoke_ir - dir.total, 0)))
+      "script). The %s target leaves %s for the hand-off; the hand-off's own target is %s.", num(inv.total, 0),
+      num(dir.total, 0), num(inv.total - dir.total, 0), num(inv.host, 0), num(inv.pool - dir.total, 0),
+      num(TARGETS.invoke_ir, 0), num(TARGETS.invoke_ir - dir.total, 0), num(TARGETS.handoff_ir, 0)))
     w("")
   end
 end
@@ -76,9 +76,11 @@ local function chart(rts)
   for i, lua in ipairs(rts) do series[i] = RUNTIME_LABEL[lua] end
   write_file("bench/charts/callgrind.svg", svg.bars {
     title = "Instructions per call (callgrind, host + workers, one CPU)",
-    subtitle = "targets: invoke <= 4,000, 10-field table echo <= 15,000 (Lua 5.4)",
+    subtitle = string.format("targets: invoke <= %s, 10-field table echo <= %s (Lua 5.4)", num(TARGETS.invoke_ir, 0),
+      num(TARGETS.echo10_ir, 0)),
     unit = "instructions per call", log = true, series = series, groups = groups, label_width = 300,
-    marks = { { v = TARGETS.invoke_ir, label = "4,000" }, { v = TARGETS.echo10_ir, label = "15,000" } },
+    marks = { { v = TARGETS.invoke_ir, label = num(TARGETS.invoke_ir, 0) },
+      { v = TARGETS.echo10_ir, label = num(TARGETS.echo10_ir, 0) } },
   })
   w("![instructions per call](charts/callgrind.svg)")
   w("")
