@@ -235,20 +235,13 @@ impl Encoder {
         role: Role<'_>,
     ) -> Result<(), crate::Error> {
         let count = count.max(0);
-        let start = out.len();
-        out.extend_from_slice(&(count as u32).to_le_bytes());
         self.seen.clear();
         // only a message that held a function left upvalues behind
         if self.fns.used {
             self.fns.forget_message();
         }
-        let mut w = Writer {
-            reserved: false,
-            out,
-            start,
-            seen: &mut self.seen,
-            fns: &mut self.fns,
-        };
+        let mut w = self.begin(out, count);
+        let start = w.start;
         for i in 0..count {
             // a failing table restores the stack itself (see `Writer::table`)
             let idx = first + i;
@@ -271,15 +264,8 @@ impl Encoder {
         count: c_int,
         out: &mut Vec<u8>,
     ) -> bool {
-        let start = out.len();
-        out.extend_from_slice(&(count.max(0) as u32).to_le_bytes());
-        let mut w = Writer {
-            reserved: false,
-            out,
-            start,
-            seen: &mut self.seen,
-            fns: &mut self.fns,
-        };
+        let mut w = self.begin(out, count);
+        let start = w.start;
         for idx in first..first + count {
             let ty = st.type_of(idx);
             if !matches!(ty, TNIL | TBOOLEAN | TNUMBER | TSTRING)
@@ -290,6 +276,21 @@ impl Encoder {
             }
         }
         true
+    }
+
+    /// Starts a message of `count` values at the end of `out`: its header, and the writer of
+    /// its values.
+    #[inline(always)]
+    fn begin<'a>(&'a mut self, out: &'a mut Vec<u8>, count: c_int) -> Writer<'a> {
+        let start = out.len();
+        out.extend_from_slice(&(count.max(0) as u32).to_le_bytes());
+        Writer {
+            reserved: false,
+            out,
+            start,
+            seen: &mut self.seen,
+            fns: &mut self.fns,
+        }
     }
 
     /// The prototypes the messages encoded since the last take refer to (they travel with them).
