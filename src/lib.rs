@@ -20,10 +20,11 @@
 //!    `inner` mutex; the call is then posted to that state's [`mailbox`].
 //! 3. Run, on the state's thread ([`pool::worker`]): the worker takes the call, and
 //!    [`child`]'s `Child::run` loads the chunk's version if needed, arms the limits (the watchdog,
-//!    `child::limits`) and runs the trampoline under `lua_pcall`, which decodes the arguments,
-//!    calls `fn` and encodes its results into the record.
+//!    `child::limits`) and calls `fn` under `lua_pcall` (`child/run.rs`): directly when its
+//!    arguments are a few scalars, else through the trampoline, which decodes them in the
+//!    protected call; then it encodes the results into the record.
 //! 4. Release: the worker reports to the pool (`Pool::release`: count the outcome, take the next
-//!    queued call or go idle), then `Call::finish` publishes DONE and wakes whoever waits: the
+//!    queued call or go idle), then `Call::finish_ok` (or `Call::finish`) publishes DONE and wakes whoever waits: the
 //!    host parked on the record (after a brief adaptive spin, [`spin`]), or a scheduler's
 //!    completion queue ([`notify`]).
 //! 5. Results, on the host: the outcome is decoded onto the host's stack in a protected call, and
@@ -40,8 +41,8 @@
 //!   `Outcome`.
 //! - [`pool`]: `Pool` over [`config`]'s `Config`; `Ledger`; `Threads` and the worker loop; the
 //!   `Housekeeper` (acquire timeouts, idle non-core states); the registry of open pools.
-//! - [`child`]: `Child`, a Lua state created with [`state_heap`]'s counting allocator; the
-//!   `Watchdog` that sets the limit hook when a call is due.
+//! - [`child`]: `Child`, a Lua state created with [`state_heap`]'s counting allocator (with its
+//!   cache of freed small blocks); the `Watchdog` that sets the limit hook when a call is due.
 //! - [`chunk`]: `Chunk` (compiled once), `Chunks` (the pool's registry and its epoch).
 //! - [`notify`]: `Notifier` (a completion queue of tokens), `Doorbell` (how it rings a loop: an
 //!   eventfd, or a socket for OpenResty), `PollSignal` (`fut:pollfd()`); [`token_map`] keeps the
