@@ -9,7 +9,10 @@ use std::ffi::{c_char, c_int};
 
 use mlua::ffi;
 
-use super::{Failure, RunCtx, Step, CHUNKS, ENCODE_STACK, FUNC_NAME, LOOKUP_ENV, LOOKUP_RETURNED};
+use super::{
+    Failure, RunCtx, Step, CHUNKS, ENCODE_STACK, FUNC_NAME, LOOKUP_ENV, LOOKUP_RETURNED,
+    MAX_RESULTS,
+};
 use crate::lua::{State, TFUNCTION, TNIL, TTABLE};
 use crate::value;
 
@@ -208,16 +211,28 @@ fn results(st: State, ctx: &mut RunCtx) -> isize {
     // the encoder then reports, but usually no memory on Lua 5.2 to 5.4, which say no instead
     // of raising.)
     let n = st.top();
-    ctx.nested = (1..=n).any(|i| matches!(st.type_of(i), TTABLE | TFUNCTION));
-    if ctx.nested
-        && !st.check_stack(ENCODE_STACK)
-        && cfg!(not(any(feature = "lua51", feature = "luajit")))
-        && n < 900_000
-    {
+    ctx.nested = any_nested(st, 1, n);
+    if ctx.nested && !room_for_nested(st, n) {
         ctx.failure = Failure::OutOfMemory;
         return 0;
     }
     n as isize
+}
+
+/// Whether a table or a function is among the values in slots `from..=to` (encoding them then
+/// needs stack room: see [`room_for_nested`]).
+pub(super) fn any_nested(st: State, from: c_int, to: c_int) -> bool {
+    (from..=to).any(|i| matches!(st.type_of(i), TTABLE | TFUNCTION))
+}
+
+/// Makes the stack room that encoding `n` nested results needs; false only when Lua 5.2 to 5.5
+/// refused it for want of memory. (Lua 5.1 and LuaJIT raise instead, so they call this in a
+/// protected call; a refusal there, or of more than `MAX_RESULTS` values, is the stack's size
+/// limit, which the encoder reports.)
+pub(super) fn room_for_nested(st: State, n: c_int) -> bool {
+    st.check_stack(ENCODE_STACK)
+        || cfg!(any(feature = "lua51", feature = "luajit"))
+        || n >= MAX_RESULTS
 }
 
 /// Sets the state up to send and receive functions (`value::install`), protected.

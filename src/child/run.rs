@@ -8,12 +8,12 @@ use mlua::ffi;
 
 use super::in_state::{self, forget_chunk};
 use super::{
-    Child, Failed, Failure, Ran, RunCtx, Step, BASE, CHUNKS, DIRECT_ARGS, ENCODE_STACK, FUNC_NAME,
-    LOOKUP_ENV, LOOKUP_RETURNED, MAX_RESULTS, MSGH, TRAMPOLINE,
+    Child, Failed, Failure, Ran, RunCtx, Step, BASE, CHUNKS, DIRECT_ARGS, FUNC_NAME, LOOKUP_ENV,
+    LOOKUP_RETURNED, MAX_RESULTS, MSGH, TRAMPOLINE,
 };
 use crate::call::Outcome;
 use crate::chunk::Chunk;
-use crate::lua::{TFUNCTION, TTABLE};
+use crate::lua::TTABLE;
 use crate::value::{self, Role};
 use crate::Error;
 
@@ -157,9 +157,8 @@ impl Child {
             self.func_in_slot.clear();
             self.func_in_slot.extend_from_slice(&self.func);
         }
-        // `nested`: what the trampoline saw of the results, `None` for a direct call
-        let (rc, failure, nested) = match self.call_direct(chunk, args) {
-            Some(rc) => (rc, Failure::None, None),
+        let (rc, failure, results) = match self.call_direct(chunk, args) {
+            Some(rc) => (rc, Failure::None, Results::Unseen),
             None => {
                 // Decoding the arguments allocates, which can hit the memory limit or run a
                 // finalizer the chunk left behind that raises: it runs inside the trampoline's
@@ -172,19 +171,20 @@ impl Child {
                 st.push_light_userdata(&mut ctx as *mut RunCtx as *mut c_void);
                 st.push_value(FUNC_NAME);
                 let rc = st.pcall(2, ffi::LUA_MULTRET, MSGH);
-                (rc, ctx.failure, Some(ctx.nested))
+                // what the trampoline saw of the results
+                let seen = if ctx.nested {
+                    Results::Nested
+                } else {
+                    Results::Flat
+                };
+                (rc, ctx.failure, seen)
             }
         };
-        let via_trampoline = nested.is_some();
-        self.results = match nested {
-            Some(false) => Results::Flat,
-            Some(true) => Results::Nested,
-            None => Results::Unseen,
-        };
+        self.results = results;
         if rc == 0 && failure == Failure::None {
             return Ok(st.top() - BASE);
         }
-        Err(self.call_failed(chunk, rc, failure, via_trampoline))
+        Err(self.call_failed(chunk, rc, failure, results != Results::Unseen))
     }
 
     /// The outcome of a call that failed (`lua_pcall`'s status `rc`, or what the trampoline
@@ -288,12 +288,11 @@ impl Child {
     fn reserve_results(&self) -> bool {
         let st = self.st;
         let top = st.top();
-        if !(BASE + 1..=top).any(|i| matches!(st.type_of(i), TTABLE | TFUNCTION)) {
+        if !in_state::any_nested(st, BASE + 1, top) {
             return true;
         }
         if cfg!(not(any(feature = "lua51", feature = "luajit"))) {
-            // (a refusal past 900,000 values is the stack's size limit, which the encoder reports)
-            return st.check_stack(ENCODE_STACK) || top - BASE >= 900_000;
+            return in_state::room_for_nested(st, top - BASE);
         }
         let mut ctx = RunCtx::new(Step::Reserve, &[], 0);
         st.push_value(TRAMPOLINE);
