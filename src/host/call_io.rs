@@ -213,7 +213,6 @@ impl PoolHandle {
         if nargs > MAX_ARGS {
             return Err(too_many_args(func, nargs.into()));
         }
-        reserve_encoding_stack(st, base + 2)?;
         let cache = match cache {
             Some(c) => c,
             None => &mut self.cache,
@@ -224,10 +223,15 @@ impl PoolHandle {
                 let d = c.data.get_mut();
                 d.func.extend_from_slice(func);
                 d.chunk = Some(chunk);
-                match self
-                    .encoder
-                    .encode(st, base + 2, nargs, &mut d.buf, Role::Argument(func))
-                {
+                // nil, booleans, numbers and strings (most calls' arguments) skip the encoder's
+                // table bookkeeping, and need no stack room
+                if self.encoder.encode_scalars(st, base + 2, nargs, &mut d.buf) {
+                    return Ok(call);
+                }
+                match reserve_encoding_stack(st, base + 2).and_then(|()| {
+                    self.encoder
+                        .encode(st, base + 2, nargs, &mut d.buf, Role::Argument(func))
+                }) {
                     Ok(()) => {
                         self.encoder.move_protos(&mut d.protos);
                         Ok(())

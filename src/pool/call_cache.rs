@@ -27,16 +27,12 @@ impl CallCache {
         if let Some(c) = self.spare.pop() {
             return c;
         }
-        if let Some(i) = self
-            .returning
-            .iter_mut()
-            .position(|c| Arc::get_mut(c).is_some())
-        {
-            let mut call = self.returning.swap_remove(i);
-            if let Some(c) = Arc::get_mut(&mut call) {
+        // (one uniqueness check per record: each is a compare-and-swap)
+        for i in 0..self.returning.len() {
+            if let Some(c) = Arc::get_mut(&mut self.returning[i]) {
                 c.reset();
+                return self.returning.swap_remove(i);
             }
-            return call;
         }
         if let Some(pool) = pool {
             pool.take_spare_calls(&mut self.spare);
