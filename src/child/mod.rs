@@ -469,6 +469,9 @@ end
             let job = data.job;
             if job == Job::Collect {
                 drop(data);
+                // a collection (`pool:collect()`) also lets go of the last call's chunk, so that
+                // what the pool holds natively afterwards does not depend on what ran before
+                self.chunk = None;
                 let replace = self.collect(call);
                 return Err(Box::new((Outcome::Collected, replace)));
             }
