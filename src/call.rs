@@ -301,7 +301,7 @@ impl Call {
         &self,
         deadline: Option<Instant>,
         spin: &AdaptiveSpin,
-        interrupted: &mut dyn FnMut() -> bool,
+        mut interrupted: impl FnMut() -> bool,
     ) -> Waited {
         if self.is_done() {
             return Waited::Done;
@@ -310,14 +310,15 @@ impl Call {
         if spin.spin(start, || self.is_done()) {
             return Waited::Done;
         }
-        let waited = self.park(deadline, interrupted);
+        let waited = self.park(deadline, &mut interrupted);
         if waited == Waited::Done {
             spin.observe(start);
         }
         waited
     }
 
-    fn park(&self, deadline: Option<Instant>, interrupted: &mut dyn FnMut() -> bool) -> Waited {
+    #[inline]
+    fn park(&self, deadline: Option<Instant>, mut interrupted: impl FnMut() -> bool) -> Waited {
         // arms the check (see `wait_unless`)
         if interrupted() {
             return Waited::Interrupted;
