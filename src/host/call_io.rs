@@ -20,7 +20,7 @@ use crate::value::{self, Role};
 use crate::Error;
 
 /// Most a blocking caller spins for a result before parking.
-const RESULT_SPIN: Duration = Duration::from_micros(50);
+pub(super) const RESULT_SPIN: Duration = Duration::from_micros(50);
 
 /// Most arguments one call may pass, the same on every runtime: a child state on Lua 5.1 or
 /// LuaJIT holds about 8,000 stack slots for the function, its arguments, the encoder and vmpool.
@@ -96,8 +96,19 @@ impl HostWait {
     /// Waits for `call` until it is done, `deadline` passes, or the hooks change; the call goes
     /// on in the pool in the last two cases.
     pub fn call(&mut self, call: &Call, deadline: Option<std::time::Instant>) -> Waited {
+        RESULT_WAIT.with(|spin| self.call_with(call, deadline, spin))
+    }
+
+    /// [`HostWait::call`] with the spin budget `spin` (a pool handle's own: no thread-local).
+    #[inline]
+    pub fn call_with(
+        &mut self,
+        call: &Call,
+        deadline: Option<std::time::Instant>,
+        spin: &AdaptiveSpin,
+    ) -> Waited {
         self.mark = None;
-        RESULT_WAIT.with(|spin| call.wait_unless(deadline, spin, &mut || self.changed()))
+        call.wait_unless(deadline, spin, || self.changed())
     }
 
     /// The error for a wait the hooks' change cut short. It first lets the interpreter's pending
@@ -146,6 +157,9 @@ pub struct PoolHandle {
     pub(super) cache: CallCache,
     pub(super) closed: bool,
     pub(super) encoder: value::Encoder,
+    /// `pool:invoke`'s spin budget for results (the handle is used by one thread at a time; the
+    /// other waits share the thread's, [`RESULT_WAIT`]).
+    pub(super) spin: AdaptiveSpin,
 }
 
 impl userdata::Tagged for PoolHandle {
