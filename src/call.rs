@@ -357,7 +357,53 @@ pub enum Waited {
     Interrupted,
 }
 
+/// Whether two chunk or function names are equal: every call compares one on the host and one
+/// in the state, and names are short, so up to 16 bytes are compared as two overlapping words
+/// each (the length first) instead of calling `memcmp`.
+#[inline(always)]
+pub fn same_name(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
+    let half = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or([0; 4]));
+    match n {
+        0 => true,
+        1..=3 => a == b,
+        4..=8 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        9..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        _ => a == b,
+    }
+}
+
 /// `now + d`, or `None` (forever) when `d` is `None` or too far to represent.
 pub fn deadline_after(d: Option<Duration>) -> Option<Instant> {
     d.and_then(|d| Instant::now().checked_add(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_name;
+
+    #[test]
+    fn same_name_agrees_with_byte_equality_for_every_length_and_differing_byte() {
+        for n in 0..=40usize {
+            let a: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(same_name(&a, &a.clone()), "length {n}");
+            // a name one byte longer or shorter
+            let mut longer = a.clone();
+            longer.push(b'x');
+            assert!(
+                !same_name(&a, &longer) && !same_name(&longer, &a),
+                "length {n}"
+            );
+            // one byte changed, at every position
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!same_name(&a, &b), "length {n}, byte {at}");
+            }
+        }
+    }
 }

@@ -475,7 +475,7 @@ end
                 let replace = self.collect(call);
                 return Err(Box::new((Outcome::Collected, replace)));
             }
-            if data.func != self.func {
+            if !crate::call::same_name(&data.func, &self.func) {
                 self.func.clear();
                 self.func.extend_from_slice(&data.func);
                 self.name_in_slot = false;

@@ -178,7 +178,7 @@ impl PoolHandle {
     pub(super) fn chunk(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
         let epoch = self.pool.chunks.epoch();
         if let Some((e, c)) = &self.last_chunk {
-            if *e == epoch && c.name.as_bytes() == name {
+            if *e == epoch && crate::call::same_name(c.name.as_bytes(), name) {
                 return Ok(c.clone());
             }
         }
