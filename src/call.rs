@@ -148,6 +148,13 @@ impl Call {
 
     /// Makes a finished call reusable. Needs exclusive access, so no other party can see it.
     pub fn reset(&mut self) {
+        self.reset_keeping_name();
+        self.data.get_mut().func.clear();
+    }
+
+    /// [`Call::reset`], but the function name stays (a caller that sets the name of every call
+    /// it makes, and compares it first, then copies it only when it changes).
+    pub fn reset_keeping_name(&mut self) {
         *self.state.get_mut() = NEW;
         *self.interrupt.get_mut() = false;
         *self.stop.get_mut() = false;
@@ -158,7 +165,6 @@ impl Call {
             d.buf = results; // keeps its capacity for the next call
         }
         d.chunk = None;
-        d.func.clear();
         d.buf.clear();
         if !d.protos.is_empty() {
             drop_protos(&mut d.protos);

@@ -235,7 +235,11 @@ impl PoolHandle {
         let encoded = match Arc::get_mut(&mut call) {
             Some(c) => {
                 let d = c.data.get_mut();
-                d.func.extend_from_slice(func);
+                // (a record of this handle's cache keeps its last call's name)
+                if !crate::call::same_name(&d.func, func) {
+                    d.func.clear();
+                    d.func.extend_from_slice(func);
+                }
                 d.chunk = Some(chunk);
                 // nil, booleans, numbers and strings (most calls' arguments) skip the encoder's
                 // table bookkeeping, and need no stack room
@@ -298,6 +302,7 @@ impl PoolHandle {
             .encoder
             .encode(st, base, count, &mut d.buf, Role::Callee);
         self.encoder.move_protos(&mut d.protos);
+        d.func.clear();
         d.func.extend_from_slice(match d.protos.first() {
             Some(p) => p.label().as_bytes(),
             None => b"C function",

@@ -38,7 +38,7 @@ fn new_pool_impl(st: State) -> Result<c_int, Error> {
         pool,
         main: st.main_thread(),
         last_chunk: None,
-        cache: CallCache::default(),
+        cache: CallCache::keeping_names(),
         encoder: value::Encoder::default(),
         closed: false,
         spin: AdaptiveSpin::new(RESULT_SPIN, false),
