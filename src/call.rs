@@ -161,9 +161,12 @@ impl Call {
         *self.submitted.get_mut() = 0;
         let d = self.data.get_mut();
         d.job = Job::Invoke;
-        if let Some(Ok(results)) = self.result.get_mut().take() {
-            d.buf = results; // keeps its capacity for the next call
+        // the results' buffer keeps its capacity for the next call (swapped in place: moving the
+        // whole outcome out would copy the error's room too)
+        if let Some(Ok(results)) = self.result.get_mut() {
+            std::mem::swap(&mut d.buf, results);
         }
+        *self.result.get_mut() = None;
         d.chunk = None;
         d.buf.clear();
         if !d.protos.is_empty() {
