@@ -375,7 +375,19 @@ const UNPROTECTED_RESULTS: usize = 16;
 /// objects it holds: `userdata::hold`'s slots keep them alive).
 /// No lock is held while the results are pushed, and pushing runs protected unless nothing needs
 /// allocating: allocating can run finalizers, which may raise or wait on this very call.
+#[inline]
 pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
+    if let Some(Ok(buf)) = call.result() {
+        if let Some(n) = value::push_scalars(st, buf, UNPROTECTED_RESULTS) {
+            return Ok(n);
+        }
+    }
+    push_outcome_decoded(st, call)
+}
+
+/// [`push_outcome`] for an error, or results that are not all scalars.
+#[inline(never)]
+fn push_outcome_decoded(st: State, call: &Call) -> Result<c_int, Error> {
     let buf = match call.result() {
         Some(Ok(buf)) => buf,
         Some(Err(e)) => return Err(e.clone()),
@@ -385,9 +397,6 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
             ))
         }
     };
-    if let Some(n) = value::push_scalars(st, buf, UNPROTECTED_RESULTS) {
-        return Ok(n);
-    }
     // the prototypes of functions among the results travel in the record (see `value/func.rs`)
     let protos = if value::has_functions(buf) {
         call.data.lock().protos.clone()
