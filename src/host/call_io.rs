@@ -175,13 +175,20 @@ impl PoolHandle {
         self.pool.check_process()
     }
 
+    #[inline]
     pub(super) fn chunk(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
-        let epoch = self.pool.chunks.epoch();
         if let Some((e, c)) = &self.last_chunk {
-            if *e == epoch && crate::call::same_name(c.name.as_bytes(), name) {
+            if *e == self.pool.chunks.epoch() && crate::call::same_name(c.name.as_bytes(), name) {
                 return Ok(c.clone());
             }
         }
+        self.chunk_looked_up(name)
+    }
+
+    /// [`PoolHandle::chunk`] when the last one is not it: the registry's, noted for next time.
+    #[inline(never)]
+    fn chunk_looked_up(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
+        let epoch = self.pool.chunks.epoch();
         let chunk = self
             .pool
             .chunks
