@@ -148,17 +148,26 @@ impl Call {
 
     /// Makes a finished call reusable. Needs exclusive access, so no other party can see it.
     pub fn reset(&mut self) {
+        self.reset_keeping_name();
+        self.data.get_mut().func.clear();
+    }
+
+    /// [`Call::reset`], but the function name stays (a caller that sets the name of every call
+    /// it makes, and compares it first, then copies it only when it changes).
+    pub fn reset_keeping_name(&mut self) {
         *self.state.get_mut() = NEW;
         *self.interrupt.get_mut() = false;
         *self.stop.get_mut() = false;
         *self.submitted.get_mut() = 0;
         let d = self.data.get_mut();
         d.job = Job::Invoke;
-        if let Some(Ok(results)) = self.result.get_mut().take() {
-            d.buf = results; // keeps its capacity for the next call
+        // the results' buffer keeps its capacity for the next call (swapped in place: moving the
+        // whole outcome out would copy the error's room too)
+        if let Some(Ok(results)) = self.result.get_mut() {
+            std::mem::swap(&mut d.buf, results);
         }
+        *self.result.get_mut() = None;
         d.chunk = None;
-        d.func.clear();
         d.buf.clear();
         if !d.protos.is_empty() {
             drop_protos(&mut d.protos);
@@ -301,7 +310,7 @@ impl Call {
         &self,
         deadline: Option<Instant>,
         spin: &AdaptiveSpin,
-        interrupted: &mut dyn FnMut() -> bool,
+        mut interrupted: impl FnMut() -> bool,
     ) -> Waited {
         if self.is_done() {
             return Waited::Done;
@@ -310,14 +319,15 @@ impl Call {
         if spin.spin(start, || self.is_done()) {
             return Waited::Done;
         }
-        let waited = self.park(deadline, interrupted);
+        let waited = self.park(deadline, &mut interrupted);
         if waited == Waited::Done {
             spin.observe(start);
         }
         waited
     }
 
-    fn park(&self, deadline: Option<Instant>, interrupted: &mut dyn FnMut() -> bool) -> Waited {
+    #[inline]
+    fn park(&self, deadline: Option<Instant>, mut interrupted: impl FnMut() -> bool) -> Waited {
         // arms the check (see `wait_unless`)
         if interrupted() {
             return Waited::Interrupted;
@@ -356,7 +366,53 @@ pub enum Waited {
     Interrupted,
 }
 
+/// Whether two chunk or function names are equal: every call compares one on the host and one
+/// in the state, and names are short, so up to 16 bytes are compared as two overlapping words
+/// each (the length first) instead of calling `memcmp`.
+#[inline(always)]
+pub fn same_name(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap_or([0; 8]));
+    let half = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap_or([0; 4]));
+    match n {
+        0 => true,
+        1..=3 => a == b,
+        4..=8 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        9..=16 => word(a, 0) == word(b, 0) && word(a, n - 8) == word(b, n - 8),
+        _ => a == b,
+    }
+}
+
 /// `now + d`, or `None` (forever) when `d` is `None` or too far to represent.
 pub fn deadline_after(d: Option<Duration>) -> Option<Instant> {
     d.and_then(|d| Instant::now().checked_add(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_name;
+
+    #[test]
+    fn same_name_agrees_with_byte_equality_for_every_length_and_differing_byte() {
+        for n in 0..=40usize {
+            let a: Vec<u8> = (0..n).map(|i| b'a' + (i % 26) as u8).collect();
+            assert!(same_name(&a, &a.clone()), "length {n}");
+            // a name one byte longer or shorter
+            let mut longer = a.clone();
+            longer.push(b'x');
+            assert!(
+                !same_name(&a, &longer) && !same_name(&longer, &a),
+                "length {n}"
+            );
+            // one byte changed, at every position
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!same_name(&a, &b), "length {n}, byte {at}");
+            }
+        }
+    }
 }

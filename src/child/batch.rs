@@ -122,7 +122,7 @@ impl Child {
             return Err(bad(what));
         }
         st.replace(FUNC_NAME);
-        self.slot_is_callee = true;
+        self.name_in_slot = false;
         self.batch_callee = true;
         Ok(())
     }

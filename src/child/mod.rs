@@ -93,15 +93,18 @@ pub struct Child {
     /// This state's slot in the pool's watchdog (pools with a `time_limit`).
     watch: Option<(Arc<watchdog::Watchdog>, Arc<watchdog::Slot>)>,
     limits: Box<Limits>,
-    /// Reused buffer for the function name (results go into the call's buffer).
+    /// The running call's function name, copied from its record when it differs from the last
+    /// call's (the record keeps its own: the caller reads it for messages).
     func: Vec<u8>,
-    /// The name held in slot `FUNC_NAME`.
-    func_in_slot: Vec<u8>,
+    /// The running call's chunk: the last call's `Arc`, kept while calls name the same chunk
+    /// (cloned only when another one comes; see `Child::run`).
+    chunk: Option<Arc<Chunk>>,
     encoder: value::Encoder,
     /// The callees this state loaded (`pool:invoke(fn, ...)`), by content.
     fns: value::FnCache,
-    /// Slot `FUNC_NAME` holds a map's function, not a name (see `child/batch.rs`).
-    slot_is_callee: bool,
+    /// Slot `FUNC_NAME` holds `func` as a string (not an older name, nor a map's function: see
+    /// `child/batch.rs`).
+    name_in_slot: bool,
     /// The running batch calls the function in slot `FUNC_NAME`.
     batch_callee: bool,
     /// What is known of the last call's results (see `encode_results`).
@@ -226,11 +229,12 @@ impl Child {
                 tripped: Cell::new(Trip::None),
                 armed: Cell::new(false),
             }),
-            func: Vec::new(),
-            func_in_slot: Vec::with_capacity(32),
+            func: Vec::with_capacity(32),
+            chunk: None,
             encoder: value::Encoder::with_depth(8),
             fns: value::FnCache::default(),
-            slot_is_callee: false,
+            // the slot starts with "", which `func` is
+            name_in_slot: true,
             batch_callee: false,
             results: Results::Unseen,
             lookup: Lookup::default(),
@@ -456,32 +460,43 @@ end
             self.chunk_epoch = epoch;
         }
         // Take what the call needs out of it and let go of its lock: the caller may need the
-        // lock while the call runs (a scheduler subscribing to it, `cancel`). The chunk is moved
-        // out and back, not cloned: its reference count is the host's to change (see `Chunk`).
-        let (job, chunk, mut buf, stream) = {
+        // lock while the call runs (a scheduler subscribing to it, `cancel`). The record keeps
+        // its chunk and function name (a success then needs no second lock); this state copies
+        // the name and takes its own reference to the chunk only when they differ from the last
+        // call's, since the chunk's reference count is the host's to change (see `Chunk`).
+        let (job, mut buf, stream) = {
             let mut data = call.data.lock();
-            std::mem::swap(&mut self.func, &mut data.func);
+            let job = data.job;
+            if job == Job::Collect {
+                drop(data);
+                // a collection (`pool:collect()`) also lets go of the last call's chunk, so that
+                // what the pool holds natively afterwards does not depend on what ran before
+                self.chunk = None;
+                let replace = self.collect(call);
+                return Err(Box::new((Outcome::Collected, replace)));
+            }
+            if !crate::call::same_name(&data.func, &self.func) {
+                self.func.clear();
+                self.func.extend_from_slice(&data.func);
+                self.name_in_slot = false;
+            }
+            let same_chunk = match (&data.chunk, &self.chunk) {
+                (Some(theirs), Some(mine)) => Arc::ptr_eq(theirs, mine),
+                _ => false,
+            };
+            if !same_chunk {
+                self.chunk = data.chunk.clone();
+            }
             if !data.protos.is_empty() {
                 take_protos(&mut self.protos, &mut data.protos);
             }
             let stream = data.stream.take().and_then(|s| s.downcast().ok());
-            (
-                data.job,
-                data.chunk.take(),
-                std::mem::take(&mut data.buf),
-                stream,
-            )
+            (job, std::mem::take(&mut data.buf), stream)
         };
         // a stream's channel is this thread's until the call ends, then closed
         let _stream = crate::channel::stream::Scope::enter(stream, call_must_stop, stop_error);
-        if job == Job::Collect {
-            let replace = self.collect(call);
-            let mut data = call.data.lock();
-            data.buf = buf;
-            data.chunk = chunk;
-            std::mem::swap(&mut self.func, &mut data.func);
-            return Err(Box::new((Outcome::Collected, replace)));
-        }
+        // (moved out and back: the methods below borrow `self` mutably)
+        let chunk = self.chunk.take();
         let map = job == Job::Map;
         let mut out = if map {
             std::mem::take(&mut self.batch_out)
@@ -550,14 +565,18 @@ end
             out.clear();
             self.batch_out = out;
         }
+        self.chunk = chunk;
         // the arguments' prototypes are dropped here, the results' go back with them
         if !self.protos.is_empty() {
             drop_protos(&mut self.protos);
         }
+        // a plain success (no batch, no function among the results) hands its results back by
+        // value and leaves the record alone
+        if let (Ok(()), false, false) = (&ran, map, self.encoder.has_protos()) {
+            return Ok(buf);
+        }
         let mut data = call.data.lock();
-        data.chunk = chunk;
         data.items_done = items_done;
-        std::mem::swap(&mut self.func, &mut data.func);
         self.encoder.move_protos(&mut data.protos);
         match ran {
             Ok(()) => Ok(buf),

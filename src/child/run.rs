@@ -136,7 +136,7 @@ impl Child {
     pub(super) fn run_function(&mut self, chunk: &Chunk, args: &[u8]) -> Result<c_int, Failed> {
         let st = self.st;
         let named = chunk.id != crate::chunk::ANONYMOUS;
-        if named && (self.func != self.func_in_slot || self.slot_is_callee) {
+        if named && !self.name_in_slot {
             // a new string: protected (see `Step`)
             let mut ctx = RunCtx::new(Step::PushName, &self.func, 0);
             st.push_value(TRAMPOLINE);
@@ -153,9 +153,7 @@ impl Child {
                 return Err(Box::new(failed));
             }
             st.replace(FUNC_NAME);
-            self.slot_is_callee = false;
-            self.func_in_slot.clear();
-            self.func_in_slot.extend_from_slice(&self.func);
+            self.name_in_slot = true;
         }
         let (rc, failure, results) = match self.call_direct(chunk, args) {
             Some(rc) => (rc, Failure::None, Results::Unseen),

@@ -20,7 +20,7 @@ use crate::value::{self, Role};
 use crate::Error;
 
 /// Most a blocking caller spins for a result before parking.
-const RESULT_SPIN: Duration = Duration::from_micros(50);
+pub(super) const RESULT_SPIN: Duration = Duration::from_micros(50);
 
 /// Most arguments one call may pass, the same on every runtime: a child state on Lua 5.1 or
 /// LuaJIT holds about 8,000 stack slots for the function, its arguments, the encoder and vmpool.
@@ -96,8 +96,19 @@ impl HostWait {
     /// Waits for `call` until it is done, `deadline` passes, or the hooks change; the call goes
     /// on in the pool in the last two cases.
     pub fn call(&mut self, call: &Call, deadline: Option<std::time::Instant>) -> Waited {
+        RESULT_WAIT.with(|spin| self.call_with(call, deadline, spin))
+    }
+
+    /// [`HostWait::call`] with the spin budget `spin` (a pool handle's own: no thread-local).
+    #[inline]
+    pub fn call_with(
+        &mut self,
+        call: &Call,
+        deadline: Option<std::time::Instant>,
+        spin: &AdaptiveSpin,
+    ) -> Waited {
         self.mark = None;
-        RESULT_WAIT.with(|spin| call.wait_unless(deadline, spin, &mut || self.changed()))
+        call.wait_unless(deadline, spin, || self.changed())
     }
 
     /// The error for a wait the hooks' change cut short. It first lets the interpreter's pending
@@ -146,6 +157,9 @@ pub struct PoolHandle {
     pub(super) cache: CallCache,
     pub(super) closed: bool,
     pub(super) encoder: value::Encoder,
+    /// `pool:invoke`'s spin budget for results (the handle is used by one thread at a time; the
+    /// other waits share the thread's, [`RESULT_WAIT`]).
+    pub(super) spin: AdaptiveSpin,
 }
 
 impl userdata::Tagged for PoolHandle {
@@ -161,13 +175,20 @@ impl PoolHandle {
         self.pool.check_process()
     }
 
+    #[inline]
     pub(super) fn chunk(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
-        let epoch = self.pool.chunks.epoch();
         if let Some((e, c)) = &self.last_chunk {
-            if *e == epoch && c.name.as_bytes() == name {
+            if *e == self.pool.chunks.epoch() && crate::call::same_name(c.name.as_bytes(), name) {
                 return Ok(c.clone());
             }
         }
+        self.chunk_looked_up(name)
+    }
+
+    /// [`PoolHandle::chunk`] when the last one is not it: the registry's, noted for next time.
+    #[inline(never)]
+    fn chunk_looked_up(&mut self, name: &[u8]) -> Result<Arc<Chunk>, Error> {
+        let epoch = self.pool.chunks.epoch();
         let chunk = self
             .pool
             .chunks
@@ -213,7 +234,6 @@ impl PoolHandle {
         if nargs > MAX_ARGS {
             return Err(too_many_args(func, nargs.into()));
         }
-        reserve_encoding_stack(st, base + 2)?;
         let cache = match cache {
             Some(c) => c,
             None => &mut self.cache,
@@ -222,12 +242,21 @@ impl PoolHandle {
         let encoded = match Arc::get_mut(&mut call) {
             Some(c) => {
                 let d = c.data.get_mut();
-                d.func.extend_from_slice(func);
+                // (a record of this handle's cache keeps its last call's name)
+                if !crate::call::same_name(&d.func, func) {
+                    d.func.clear();
+                    d.func.extend_from_slice(func);
+                }
                 d.chunk = Some(chunk);
-                match self
-                    .encoder
-                    .encode(st, base + 2, nargs, &mut d.buf, Role::Argument(func))
-                {
+                // nil, booleans, numbers and strings (most calls' arguments) skip the encoder's
+                // table bookkeeping, and need no stack room
+                if self.encoder.encode_scalars(st, base + 2, nargs, &mut d.buf) {
+                    return Ok(call);
+                }
+                match reserve_encoding_stack(st, base + 2).and_then(|()| {
+                    self.encoder
+                        .encode(st, base + 2, nargs, &mut d.buf, Role::Argument(func))
+                }) {
                     Ok(()) => {
                         self.encoder.move_protos(&mut d.protos);
                         Ok(())
@@ -280,6 +309,7 @@ impl PoolHandle {
             .encoder
             .encode(st, base, count, &mut d.buf, Role::Callee);
         self.encoder.move_protos(&mut d.protos);
+        d.func.clear();
         d.func.extend_from_slice(match d.protos.first() {
             Some(p) => p.label().as_bytes(),
             None => b"C function",
@@ -352,7 +382,19 @@ const UNPROTECTED_RESULTS: usize = 16;
 /// objects it holds: `userdata::hold`'s slots keep them alive).
 /// No lock is held while the results are pushed, and pushing runs protected unless nothing needs
 /// allocating: allocating can run finalizers, which may raise or wait on this very call.
+#[inline]
 pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
+    if let Some(Ok(buf)) = call.result() {
+        if let Some(n) = value::push_scalars(st, buf, UNPROTECTED_RESULTS) {
+            return Ok(n);
+        }
+    }
+    push_outcome_decoded(st, call)
+}
+
+/// [`push_outcome`] for an error, or results that are not all scalars.
+#[inline(never)]
+fn push_outcome_decoded(st: State, call: &Call) -> Result<c_int, Error> {
     let buf = match call.result() {
         Some(Ok(buf)) => buf,
         Some(Err(e)) => return Err(e.clone()),
@@ -362,9 +404,6 @@ pub fn push_outcome(st: State, call: &Call) -> Result<c_int, Error> {
             ))
         }
     };
-    if let Some(n) = value::push_scalars(st, buf, UNPROTECTED_RESULTS) {
-        return Ok(n);
-    }
     // the prototypes of functions among the results travel in the record (see `value/func.rs`)
     let protos = if value::has_functions(buf) {
         call.data.lock().protos.clone()

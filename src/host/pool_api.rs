@@ -7,13 +7,14 @@ use std::sync::Arc;
 
 use crate::call::Waited;
 use crate::chunk::Chunk;
-use crate::host::call_io::{bad_arg, push_outcome, HostWait, PoolHandle, RESULT_WAIT};
+use crate::host::call_io::{bad_arg, push_outcome, HostWait, PoolHandle, RESULT_SPIN, RESULT_WAIT};
 use crate::host::future_api::FutureHandle;
 use crate::host::userdata::{self, Access, Frame, Held, UV_FUTURE, UV_POOL};
 use crate::lua::protect::{protected, push_str};
 use crate::lua::State;
 use crate::pool::call_cache::CallCache;
 use crate::pool::Pool;
+use crate::spin::AdaptiveSpin;
 use crate::value;
 use crate::Error;
 
@@ -37,9 +38,10 @@ fn new_pool_impl(st: State) -> Result<c_int, Error> {
         pool,
         main: st.main_thread(),
         last_chunk: None,
-        cache: CallCache::default(),
+        cache: CallCache::keeping_names(),
         encoder: value::Encoder::default(),
         closed: false,
+        spin: AdaptiveSpin::new(RESULT_SPIN, false),
     };
     userdata::push(st, h, UV_POOL)?;
     Ok(1)
@@ -98,7 +100,7 @@ fn invoke_impl(st: State) -> Result<c_int, Error> {
         // SAFETY: `h.main` is the main thread of the state that made the pool, and a userdata
         // belongs to one state: `st` is one of its threads.
         let mut waiting = unsafe { HostWait::with_main(st, h.main) };
-        while waiting.call(&call, None) != Waited::Done {
+        while waiting.call_with(&call, None, &h.spin) != Waited::Done {
             if let Some(e) = waiting.interrupt_error("pool:invoke()") {
                 // Nobody can wait for this call again: a queued one is dropped, a running one
                 // goes on and keeps its record (it is not recycled).

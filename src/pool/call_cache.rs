@@ -18,25 +18,47 @@ const MAX_KEPT: usize = 64;
 pub struct CallCache {
     spare: Vec<Arc<Call>>,
     returning: Vec<Arc<Call>>,
+    /// Records keep their function name when reset (see [`CallCache::keeping_names`]).
+    keeps_names: bool,
 }
 
 impl CallCache {
+    /// A cache whose records keep their function name when they come back: its user sets the
+    /// name of each call it makes, comparing it first (`PoolHandle::prepare_with`), so a caller
+    /// that calls one function again and again copies its name once per record.
+    pub fn keeping_names() -> CallCache {
+        CallCache {
+            keeps_names: true,
+            ..CallCache::default()
+        }
+    }
+
+    #[inline(always)]
+    fn reset(&self, call: &mut Call) {
+        if self.keeps_names {
+            call.reset_keeping_name();
+        } else {
+            call.reset();
+        }
+    }
+
     /// A call nobody else holds, reset; from this cache, else from the pool's shared spares
     /// (given back by dropped futures), else a new one.
     pub fn take(&mut self, pool: Option<&Pool>) -> Arc<Call> {
         if let Some(c) = self.spare.pop() {
             return c;
         }
-        if let Some(i) = self
-            .returning
-            .iter_mut()
-            .position(|c| Arc::get_mut(c).is_some())
-        {
-            let mut call = self.returning.swap_remove(i);
-            if let Some(c) = Arc::get_mut(&mut call) {
-                c.reset();
+        // (one uniqueness check per record: each is a compare-and-swap)
+        for i in 0..self.returning.len() {
+            let keeps_names = self.keeps_names;
+            if let Some(c) = Arc::get_mut(&mut self.returning[i]) {
+                if keeps_names {
+                    c.reset_keeping_name();
+                } else {
+                    c.reset();
+                }
+                return self.returning.swap_remove(i);
             }
-            return call;
         }
         if let Some(pool) = pool {
             pool.take_spare_calls(&mut self.spare);
@@ -48,7 +70,7 @@ impl CallCache {
     pub fn put(&mut self, mut call: Arc<Call>) {
         match Arc::get_mut(&mut call) {
             Some(c) if self.spare.len() < MAX_KEPT => {
-                c.reset();
+                self.reset(c);
                 self.spare.push(call);
             }
             Some(_) => {}

@@ -213,6 +213,7 @@ impl Ledger {
     }
 
     /// Finds a place for a submitted call (see the rules at the top) and sets its phase.
+    #[inline]
     pub fn reserve(&mut self, call: &Arc<Call>) -> Result<Reserved, Error> {
         if self.closed {
             return Err(Error::Closed);

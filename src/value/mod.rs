@@ -298,6 +298,12 @@ impl Encoder {
         std::mem::take(&mut self.fns.protos)
     }
 
+    /// Whether the messages encoded since the last take refer to prototypes.
+    #[inline(always)]
+    pub fn has_protos(&self) -> bool {
+        !self.fns.protos.is_empty()
+    }
+
     /// Moves those prototypes into `into` (emptied first), keeping both lists' capacity: the
     /// encoder's list for the next message, `into`'s for the next time.
     #[inline(always)]
