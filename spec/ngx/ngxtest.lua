@@ -96,6 +96,28 @@ function T.stats()
   end
 end
 
+-- vmpool.run inside a request: its coroutines wait through its own driver (blocking the worker),
+-- not the adapter's semaphores (no wait counted); a run that fails leaves the request's own
+-- co_invoke yielding through the adapter (one wait)
+function T.run()
+  local pool = T.pool()
+  local got = {}
+  local waits = vmpool.ngx.stats().waits
+  vmpool.run(function()
+    vmpool.spawn(function() got[2] = pool:co_invoke("t", "echo", "two") end)
+    got[1] = pool:co_invoke("t", "echo", "one")
+  end)
+  ngx.say(got[1], " ", got[2], " ", vmpool.ngx.stats().waits - waits)
+  local ok, err = pcall(vmpool.run, function()
+    vmpool.spawn(function() pool:co_invoke("t", "echo", "never waited for") end)
+    error("boom")
+  end)
+  ngx.say(ok and "no error" or (tostring(err):gsub("\n.*", "")))
+  waits = vmpool.ngx.stats().waits
+  local after = pool:co_invoke("t", "echo", "after")
+  ngx.say(after, " ", vmpool.ngx.stats().waits - waits)
+end
+
 function T.echo()
   ngx.say(T.pool():co_invoke("t", "echo", ngx.var.arg_x))
 end

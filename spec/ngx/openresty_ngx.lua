@@ -148,6 +148,21 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     assert.are.equal("after still works", lines[7])
   end)
 
+  it("runs vmpool.run's coroutines under its own driver inside a request, before and after a failed run", function()
+    local status, body = H.get(tport, "/run")
+    assert.are.equal(200, status, body)
+    local lines = {}
+    for line in body:gmatch("[^\n]+") do
+      lines[#lines + 1] = line
+    end
+    -- no adapter wait: vmpool.run's driver waited for both calls
+    assert.are.equal("one two 0", lines[1], body)
+    assert.matches("^vmpool: a coroutine in vmpool.run failed: .*boom", lines[2])
+    -- the request's own call after the failed run yields through the adapter: one wait
+    assert.are.equal("after 1", lines[3], body)
+    assert_clean_log(nginx)
+  end)
+
   it("delivers a pool's refusal of a call to the request that made it", function()
     local status, body = H.get(tport, "/exhausted")
     assert.are.equal(200, status)

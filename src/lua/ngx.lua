@@ -383,6 +383,29 @@ local function finish_call(w, notifier, token)
   return notifier:_take(token)
 end
 
+-- pool:co_invoke's common case, in two functions of fixed arity that vmpool.lua's Pool:co_invoke
+-- calls around its own `notifier:_call` (see there). Why: LuaJIT starts no trace in a vararg
+-- function (co_invoke, host_co_invoke, the request's chunk): what they run is interpreted on
+-- every request, while these two are compiled. host_ready() -> this worker's state when a call
+-- can be filed at once (a phase that yields, the worker's state built and its light thread
+-- running), else nil (then host_co_invoke decides). No pid check: see host_co_invoke.
+local function host_ready()
+  local w = W
+  if w ~= nil and w.light_thread == RUNNING and YIELDS[get_phase()] then
+    return w
+  end
+  return nil
+end
+
+-- host_finish(w, token, first): after the notifier of host_ready's w filed the call under token
+-- (first: it opened the turn's outbox), waits for it and returns its results.
+local function host_finish(w, token, first)
+  if first then
+    w.flush_sem:post(1)
+  end
+  return finish_call(w, w.notifier, token)
+end
+
 --- pool:co_invoke(chunk, fn, ...) inside OpenResty, returned to vmpool.lua with the adapter (see
 --- its dispatch). The hot path: one native call submits and subscribes, one takes the results; no
 --- future object is made.
@@ -680,4 +703,4 @@ do
   end
 end
 
-return A, host_co_invoke, host_co_map, host_await_place
+return A, host_co_invoke, host_co_map, host_await_place, host_ready, host_finish

@@ -48,13 +48,17 @@ local WAIT = setmetatable({}, { __tostring = function() return "vmpool.wait" end
 
 -- The vmpool.run driver of each coroutine it runs (weak: finished coroutines go away).
 local driver_of = setmetatable({}, { __mode = "k" })
+-- how many coroutines driver_of holds (0: no coroutine is vmpool.run's, which OpenResty's common
+-- case of co_invoke checks without coroutine.running, a function LuaJIT does not compile)
+local ndriven = 0
 
 local Driver = {}
 Driver.__index = Driver
 
 -- Inside OpenResty, co_invoke and co_map outside vmpool.run are src/lua/ngx.lua's, which decide
--- by the request phase (set below, where the adapter is loaded).
-local host_co_invoke, host_co_map, host_await_place
+-- by the request phase (set below, where the adapter is loaded); host_ready and host_finish are
+-- its co_invoke's common case (see Pool:co_invoke).
+local host_co_invoke, host_co_map, host_await_place, host_ready, host_finish
 
 -- The event-loop adapters loaded (vmpool.luv, vmpool.cqueues), each { drives = function(co) ->
 -- driver, driven (driven true if that loop resumes co; driver is handed back to co_invoke),
@@ -115,6 +119,7 @@ function Driver:spawn(fn, ...)
   local args = pack(...)
   local co = coroutine_create(function() return fn(unpack(args, 1, args.n)) end)
   driver_of[co] = self
+  ndriven = ndriven + 1
   self.live = self.live + 1
   self.ready[#self.ready + 1] = co
   return co
@@ -174,6 +179,7 @@ function Driver:collect_strays()
       self.strays[co] = nil
       if driver_of[co] == self then
         driver_of[co] = nil
+        ndriven = ndriven - 1
         self.live = self.live - 1
       end
     end
@@ -186,9 +192,17 @@ function Driver:stepped(co, ok, first)
     if driver_of[co] == self then
       self.live = self.live - 1
       driver_of[co] = nil
+      ndriven = ndriven - 1
     end
     self.strays[co] = nil
     if not ok then
+      -- the run ends here: its other coroutines are no longer driven
+      for other, d in pairs(driver_of) do
+        if d == self then
+          driver_of[other] = nil
+          ndriven = ndriven - 1
+        end
+      end
       -- the calls already made in this wake-up's batch go to the pool, like every call in
       -- flight when a run fails (they finish there; their results are dropped)
       native_flush(self.native)
@@ -201,6 +215,15 @@ function Driver:stepped(co, ok, first)
   end
 end
 
+-- The adapter of OpenResty can file self's call at once (not under vmpool.run or another loop's
+-- adapter): its worker state, for Pool:co_invoke's common case.
+local function host_fast(self)
+  if ndriven == 0 and first_drives == nil and type(self) == "userdata" then
+    return host_ready()
+  end
+  return nil
+end
+
 --- pool:co_invoke(chunk, fn, ...): like invoke, but yields the running coroutine while the call
 --- runs (under vmpool.run, or a scheduler set as vmpool.awaiter). Outside a coroutine, or in a
 --- coroutine no scheduler drives, it blocks like invoke.
@@ -209,6 +232,15 @@ end
 --- on 5.1, pcall on 5.1), the call is made as a blocking invoke: nothing is submitted that the
 --- coroutine could not wait for.
 function Pool:co_invoke(chunk, fn, ...)
+  -- OpenResty's common case: LuaJIT compiles no vararg function, so the checks are in
+  -- host_fast (compiled) and this frame only files the call (see src/lua/ngx.lua, host_ready)
+  local w = host_ready and host_fast(self)
+  if w then
+    local token, first = native_submit(w.notifier, self, chunk, fn, ...)
+    if token then
+      return host_finish(w, token, first)
+    end
+  end
   if type(self) ~= "userdata" then
     error("vmpool: bad argument #1 to 'co_invoke': expected a pool, got " .. type(self)
       .. " (call it as pool:co_invoke(...), with a colon)", 0)
@@ -597,7 +629,7 @@ end
 -- and its co_invoke serves pool:co_invoke outside vmpool.run.
 if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
   local load_text = loadstring or load -- luacheck: ignore 113
-  M.ngx, host_co_invoke, host_co_map, host_await_place =
+  M.ngx, host_co_invoke, host_co_map, host_await_place, host_ready, host_finish =
     assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
 end
 
