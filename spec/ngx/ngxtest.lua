@@ -118,6 +118,48 @@ function T.run()
   ngx.say(after, " ", vmpool.ngx.stats().waits - waits)
 end
 
+-- pool:co_invoke's FFI path (src/host/ngx_ffi.rs) and its way back to the C functions: each
+-- call's results as a line (their count, then each value), and how many calls and takes went
+-- through the FFI
+function T.ffi()
+  local pool = T.pool()
+  local function show(...)
+    local parts = { select("#", ...) }
+    for i = 1, select("#", ...) do
+      local v = select(i, ...)
+      if type(v) == "string" then
+        -- (an error's first line only)
+        local text = #v > 1000 and (#v .. " bytes " .. v:sub(1, 3)) or v:gsub("%z", "<0>"):gsub("\n.*", "")
+        parts[#parts + 1] = "[" .. text .. "]"
+      elseif type(v) == "table" then
+        parts[#parts + 1] = "table " .. tostring(v[1])
+      elseif type(v) == "userdata" then
+        parts[#parts + 1] = "userdata"
+      else
+        parts[#parts + 1] = tostring(v)
+      end
+    end
+    ngx.say(table.concat(parts, " "))
+  end
+  local before = vmpool.ngx.stats()
+  show(pool:co_invoke("t", "echo"))
+  show(pool:co_invoke("t", "echo", nil))
+  show(pool:co_invoke("t", "echo", false, true))
+  show(pool:co_invoke("t", "echo", 1.5, -0.25, 1e300))
+  show(pool:co_invoke("t", "echo", "", "a\0b", nil))
+  show(pool:co_invoke("t", "echo", "ab", string.rep("y", 100000), "cd"))
+  -- not carried by the FFI: four arguments, a table, a light userdata; a table result
+  show(pool:co_invoke("t", "echo", 1, 2, 3, 4))
+  show(pool:co_invoke("t", "echo", { 7 }))
+  show(pool:co_invoke("t", "echo", ngx.null))
+  -- errors: raised in the state (the FFI files the call, _take raises), an unknown chunk (the
+  -- FFI declines, _call raises)
+  show(pcall(pool.co_invoke, pool, "t", "fail_at", 3))
+  show(pcall(pool.co_invoke, pool, "no such chunk", "f"))
+  local after = vmpool.ngx.stats()
+  ngx.say("ffi ", after.ffi_calls - before.ffi_calls, " ", after.ffi_takes - before.ffi_takes)
+end
+
 function T.echo()
   ngx.say(T.pool():co_invoke("t", "echo", ngx.var.arg_x))
 end

@@ -148,6 +148,32 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     assert.are.equal("after still works", lines[7])
   end)
 
+  it("passes co_invoke's scalar arguments and results through LuaJIT's FFI unchanged, the rest as before", function()
+    local status, body = H.get(tport, "/ffi")
+    assert.are.equal(200, status, body)
+    local lines = {}
+    for line in body:gmatch("[^\n]+") do
+      lines[#lines + 1] = line
+    end
+    assert.are.same({
+      "0",
+      "1 nil",
+      "2 false true",
+      "3 1.5 -0.25 1e+300",
+      "3 [] [a<0>b] nil",
+      "3 [ab] [100000 bytes yyy] [cd]",
+      "4 1 2 3 4",
+      "1 table 7",
+      "1 userdata",
+    }, { unpack(lines, 1, 9) })
+    assert.matches("^2 false %[vmpool: .*three", lines[10])
+    assert.matches("^2 false %[vmpool: .*no such chunk", lines[11])
+    -- the six calls of scalars went through the FFI both ways; fail_at's only there (its error
+    -- is raised by the C function), and the rest not at all
+    assert.are.equal("ffi 7 6", lines[12], body)
+    assert_clean_log(nginx)
+  end)
+
   it("runs vmpool.run's coroutines under its own driver inside a request, before and after a failed run", function()
     local status, body = H.get(tport, "/run")
     assert.are.equal(200, status, body)

@@ -56,9 +56,9 @@ local Driver = {}
 Driver.__index = Driver
 
 -- Inside OpenResty, co_invoke and co_map outside vmpool.run are src/lua/ngx.lua's, which decide
--- by the request phase (set below, where the adapter is loaded); host_ready and host_finish are
--- its co_invoke's common case (see Pool:co_invoke).
-local host_co_invoke, host_co_map, host_await_place, host_ready, host_finish
+-- by the request phase (set below, where the adapter is loaded); host_ready and host_go are its
+-- co_invoke's common case, for at most host_go_args arguments (see Pool:co_invoke).
+local host_co_invoke, host_co_map, host_await_place, host_ready, host_go, host_go_args
 
 -- The event-loop adapters loaded (vmpool.luv, vmpool.cqueues), each { drives = function(co) ->
 -- driver, driven (driven true if that loop resumes co; driver is handed back to co_invoke),
@@ -233,12 +233,14 @@ end
 --- coroutine could not wait for.
 function Pool:co_invoke(chunk, fn, ...)
   -- OpenResty's common case: LuaJIT compiles no vararg function, so the checks are in
-  -- host_fast (compiled) and this frame only files the call (see src/lua/ngx.lua, host_ready)
-  local w = host_ready and host_fast(self)
-  if w then
-    local token, first = native_submit(w.notifier, self, chunk, fn, ...)
-    if token then
-      return host_finish(w, token, first)
+  -- host_fast and the call in host_go, both of fixed arity (see src/lua/ngx.lua, host_ready)
+  if host_go ~= nil then
+    local n = select("#", ...)
+    if n <= host_go_args then
+      local w = host_fast(self)
+      if w then
+        return host_go(w, self, chunk, fn, n, ...)
+      end
     end
   end
   if type(self) ~= "userdata" then
@@ -629,7 +631,7 @@ end
 -- and its co_invoke serves pool:co_invoke outside vmpool.run.
 if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
   local load_text = loadstring or load -- luacheck: ignore 113
-  M.ngx, host_co_invoke, host_co_map, host_await_place, host_ready, host_finish =
+  M.ngx, host_co_invoke, host_co_map, host_await_place, host_ready, host_go, host_go_args =
     assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
 end
 
