@@ -11,6 +11,7 @@
 //! the `vmpool:` error. No function here raises, unwinds or calls back into Lua.
 
 use std::ffi::{c_char, c_int, c_void};
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use crate::host::call_io::PoolHandle;
@@ -91,19 +92,27 @@ pub unsafe extern "C" fn vmpool_ngx_call(
     let Ok(chunk) = p.chunk(name) else {
         return fallback;
     };
-    let mut values = [Value::Nil, Value::Nil, Value::Nil];
-    for (i, v) in values.iter_mut().take(nargs).enumerate() {
+    let mut values = Args {
+        values: ManuallyDrop::new([Value::Nil, Value::Nil, Value::Nil]),
+        owned: false,
+    };
+    for i in 0..nargs {
         // SAFETY: guaranteed by the caller (`i < nargs`).
         let a = unsafe { &*args.add(i) };
-        *v = match a.kind {
+        let v = match a.kind {
             NIL => Value::Nil,
             FALSE => Value::Bool(false),
             TRUE => Value::Bool(true),
             NUMBER => Value::Float(a.num),
-            // SAFETY: guaranteed by the caller.
-            STRING => Value::Str(unsafe { bytes(a.s, a.len as usize) }.to_vec()),
+            STRING => {
+                values.owned = true;
+                // SAFETY: guaranteed by the caller.
+                Value::Str(unsafe { bytes(a.s, a.len as usize) }.to_vec())
+            }
             _ => return fallback,
         };
+        // SAFETY: slot `i` holds the Nil it was made with, which owns nothing to drop.
+        unsafe { std::ptr::write(&mut values.values[i], v) };
     }
     let mut call = n.waits.cache.take(Some(&p.pool));
     let Some(c) = Arc::get_mut(&mut call) else {
@@ -114,10 +123,26 @@ pub unsafe extern "C" fn vmpool_ngx_call(
     d.func.extend_from_slice(func);
     d.chunk = Some(chunk);
     // numbers as the encoder writes them on LuaJIT (one number type: always a float)
-    value::encode_rust(&values[..nargs], &mut d.buf);
+    value::encode_rust(&values.values[..nargs], &mut d.buf);
     match n.waits.call(&p.pool, call) {
         Ok((token, first)) => 2.0 * token as f64 + f64::from(u8::from(first)),
         Err(_) => fallback,
+    }
+}
+
+/// The arguments of [`vmpool_ngx_call`] as values. Only strings own memory, so they alone are
+/// dropped: numbers, the common case, cost no drop.
+struct Args {
+    values: ManuallyDrop<[Value; MAX_VALUES]>,
+    owned: bool,
+}
+
+impl Drop for Args {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: dropped once, here; the values are not used afterwards.
+            unsafe { ManuallyDrop::drop(&mut self.values) }
+        }
     }
 }
 

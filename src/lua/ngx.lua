@@ -18,7 +18,7 @@
 -- state is rebuilt when the pid changes (a copy inherited from the master is never used).
 -- luacheck: read globals ngx
 
-local M, native = ...
+local M, native, with_args = ...
 
 local ngx = ngx
 local get_phase, timer_at, tcp = ngx.get_phase, ngx.timer.at, ngx.socket.tcp
@@ -437,12 +437,8 @@ local function finish_call(w, notifier, token)
   return notifier:_take(token)
 end
 
--- pool:co_invoke's common case, in two functions of fixed arity that vmpool.lua's Pool:co_invoke
--- calls (host_ready, then host_go below). Why: LuaJIT starts no trace in a vararg function
--- (co_invoke, host_co_invoke, the request's chunk): what they run is interpreted on every
--- request, while these two are compiled. host_ready() -> this worker's state when a call can be
--- filed at once (a phase that yields, the worker's state built and its light thread running),
--- else nil (then host_co_invoke decides). No pid check: see host_co_invoke.
+-- This worker's state when a call can be filed at once (a phase that yields, the worker's state
+-- built and its light thread running), else nil. No pid check: see host_co_invoke.
 local function host_ready()
   local w = W
   if w ~= nil and w.light_thread == RUNNING and YIELDS[get_phase()] then
@@ -494,23 +490,17 @@ local function result(slot)
   return kind == V_TRUE
 end
 
--- f(a, b, c, a1..an), for the arguments host_go holds
-local function with_args(f, a, b, c, n, a1, a2, a3)
-  if n == 0 then
-    return f(a, b, c)
-  elseif n == 1 then
-    return f(a, b, c, a1)
-  elseif n == 2 then
-    return f(a, b, c, a1, a2)
+-- host_go(pool, chunk, fn, n, a1, a2, a3): pool:co_invoke(chunk, fn, a1..an) for n at most
+-- MAX_FFI_VALUES (vmpool.lua's co_invoke, when no vmpool.run or other loop drives coroutines).
+-- In the common case (host_ready) it files the call (through the FFI when it can), waits, and
+-- returns the results (through the FFI when they are a few scalars); otherwise host_co_invoke
+-- decides. One function of fixed arity, so that it is one compiled trace up to the yield, and one
+-- after it.
+local function host_go(pool, chunk, fn, n, a1, a2, a3)
+  local w = host_ready()
+  if w == nil then
+    return with_args(host_co_invoke, pool, chunk, fn, n, a1, a2, a3)
   end
-  return f(a, b, c, a1, a2, a3)
-end
-
--- host_go(w, pool, chunk, fn, n, a1, a2, a3): pool:co_invoke(chunk, fn, a1..an) (n at most
--- MAX_FFI_VALUES) once host_ready gave w: files the call (through the FFI when it can), waits,
--- and returns the results (through the FFI when they are a few scalars). One function of fixed
--- arity, so that it is one compiled trace up to the yield, and one after it.
-local function host_go(w, pool, chunk, fn, n, a1, a2, a3)
   local notifier = w.notifier
   local token, first
   local r = ffi_call(notifier, pool, chunk, fn, n, a1, a2, a3)
@@ -859,4 +849,4 @@ do
   end
 end
 
-return A, host_co_invoke, host_co_map, host_await_place, host_ready, host_go, MAX_FFI_VALUES
+return A, host_co_invoke, host_co_map, host_await_place, host_go, MAX_FFI_VALUES

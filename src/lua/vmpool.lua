@@ -56,9 +56,8 @@ local Driver = {}
 Driver.__index = Driver
 
 -- Inside OpenResty, co_invoke and co_map outside vmpool.run are src/lua/ngx.lua's, which decide
--- by the request phase (set below, where the adapter is loaded); host_ready and host_go are its
--- co_invoke's common case, for at most host_go_args arguments (see Pool:co_invoke).
-local host_co_invoke, host_co_map, host_await_place, host_ready, host_go, host_go_args
+-- by the request phase (set below, where the adapter is loaded).
+local host_co_invoke, host_co_map, host_await_place
 
 -- The event-loop adapters loaded (vmpool.luv, vmpool.cqueues), each { drives = function(co) ->
 -- driver, driven (driven true if that loop resumes co; driver is handed back to co_invoke),
@@ -215,13 +214,17 @@ function Driver:stepped(co, ok, first)
   end
 end
 
--- The adapter of OpenResty can file self's call at once (not under vmpool.run or another loop's
--- adapter): its worker state, for Pool:co_invoke's common case.
-local function host_fast(self)
-  if ndriven == 0 and first_drives == nil and type(self) == "userdata" then
-    return host_ready()
+-- f(a, b, c, a1..an) for n (at most 3) arguments held in fixed parameters (OpenResty's co_invoke
+-- below, and src/lua/ngx.lua)
+local function with_args(f, a, b, c, n, a1, a2, a3)
+  if n == 0 then
+    return f(a, b, c)
+  elseif n == 1 then
+    return f(a, b, c, a1)
+  elseif n == 2 then
+    return f(a, b, c, a1, a2)
   end
-  return nil
+  return f(a, b, c, a1, a2, a3)
 end
 
 --- pool:co_invoke(chunk, fn, ...): like invoke, but yields the running coroutine while the call
@@ -231,18 +234,7 @@ end
 --- Where the coroutine cannot yield (a table.sort comparator, a string.gsub callback, a metamethod
 --- on 5.1, pcall on 5.1), the call is made as a blocking invoke: nothing is submitted that the
 --- coroutine could not wait for.
-function Pool:co_invoke(chunk, fn, ...)
-  -- OpenResty's common case: LuaJIT compiles no vararg function, so the checks are in
-  -- host_fast and the call in host_go, both of fixed arity (see src/lua/ngx.lua, host_ready)
-  if host_go ~= nil then
-    local n = select("#", ...)
-    if n <= host_go_args then
-      local w = host_fast(self)
-      if w then
-        return host_go(w, self, chunk, fn, n, ...)
-      end
-    end
-  end
+local function plain_co_invoke(self, chunk, fn, ...)
   if type(self) ~= "userdata" then
     error("vmpool: bad argument #1 to 'co_invoke': expected a pool, got " .. type(self)
       .. " (call it as pool:co_invoke(...), with a colon)", 0)
@@ -288,6 +280,7 @@ function Pool:co_invoke(chunk, fn, ...)
   end
   return pool_invoke(self, chunk, fn, ...)
 end
+Pool.co_invoke = plain_co_invoke -- inside OpenResty, wrapped where the adapter is loaded
 
 --- pool:co_map(chunk, fn, list [, options]): like map, but yields the running coroutine while
 --- the batches run (under vmpool.run, vmpool.luv, vmpool.cqueues, or inside OpenResty);
@@ -631,8 +624,26 @@ end
 -- and its co_invoke serves pool:co_invoke outside vmpool.run.
 if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
   local load_text = loadstring or load -- luacheck: ignore 113
-  M.ngx, host_co_invoke, host_co_map, host_await_place, host_ready, host_go, host_go_args =
-    assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
+  local host_go, host_go_args
+  M.ngx, host_co_invoke, host_co_map, host_await_place, host_go, host_go_args =
+    assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native, with_args)
+  -- co_invoke's common case inside nginx (a call of few arguments, no vmpool.run or other loop's
+  -- adapter driving coroutines) goes to ngx.lua's host_go through one function of fixed arity:
+  -- LuaJIT starts no trace in a vararg function, and host_call's trace runs up to the request's
+  -- yield
+  local function host_call(self, chunk, fn, n, a1, a2, a3)
+    if ndriven == 0 and first_drives == nil and type(self) == "userdata" then
+      return host_go(self, chunk, fn, n, a1, a2, a3)
+    end
+    return with_args(plain_co_invoke, self, chunk, fn, n, a1, a2, a3)
+  end
+  function Pool:co_invoke(chunk, fn, ...)
+    local n = select("#", ...)
+    if n <= host_go_args then
+      return host_call(self, chunk, fn, n, ...)
+    end
+    return plain_co_invoke(self, chunk, fn, ...)
+  end
 end
 
 -- On LuaJIT the busiest methods of vmpool.shared's dictionaries go through the FFI
