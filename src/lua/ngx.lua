@@ -732,11 +732,19 @@ function A.pool(name, create)
     error("vmpool: bad argument #2 to 'vmpool.ngx.pool': expected a function that creates the pool, got "
       .. type(create), 0)
   end
+  local w = W
+  if w ~= nil and w.pid == worker_pid() then
+    -- a request asking for its worker's pool, the common case: no phase check, since no pool is
+    -- ever filed in init_by_lua
+    local pool = w.pools[name]
+    if pool ~= nil then
+      return pool
+    end
+  end
   if get_phase() == "init" then
     error("vmpool: vmpool.ngx.pool makes a pool for one nginx worker; call it in init_worker_by_lua or "
       .. "in a request, not in init_by_lua (the master's threads do not survive the fork into workers)", 0)
   end
-  local w = W
   if w == nil or w.pid ~= worker_pid() then
     w = worker()
   end
