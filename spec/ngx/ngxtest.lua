@@ -148,6 +148,8 @@ function T.ffi()
   show(pool:co_invoke("t", "echo", 1.5, -0.25, 1e300))
   show(pool:co_invoke("t", "echo", "", "a\0b", nil))
   show(pool:co_invoke("t", "echo", "ab", string.rep("y", 100000), "cd"))
+  -- a function as the callee: filed by the C function, its results taken through the FFI
+  show(pool:co_invoke(function(a, b) return a + b, a .. b end, 2, 3))
   -- not carried by the FFI: four arguments, a table, a light userdata; a table result
   show(pool:co_invoke("t", "echo", 1, 2, 3, 4))
   show(pool:co_invoke("t", "echo", { 7 }))

@@ -162,15 +162,16 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
       "3 1.5 -0.25 1e+300",
       "3 [] [a<0>b] nil",
       "3 [ab] [100000 bytes yyy] [cd]",
+      "2 5 [23]",
       "4 1 2 3 4",
       "1 table 7",
       "1 userdata",
-    }, { unpack(lines, 1, 9) })
-    assert.matches("^2 false %[vmpool: .*three", lines[10])
-    assert.matches("^2 false %[vmpool: .*no such chunk", lines[11])
+    }, { unpack(lines, 1, 10) })
+    assert.matches("^2 false %[vmpool: .*three", lines[11])
+    assert.matches("^2 false %[vmpool: .*no such chunk", lines[12])
     -- the six calls of scalars went through the FFI both ways; fail_at's only there (its error
-    -- is raised by the C function), and the rest not at all
-    assert.are.equal("ffi 7 6", lines[12], body)
+    -- is raised by the C function), the function's results only back, and the rest not at all
+    assert.are.equal("ffi 7 7", lines[13], body)
     assert_clean_log(nginx)
   end)
 
