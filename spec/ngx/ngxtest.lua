@@ -96,6 +96,72 @@ function T.stats()
   end
 end
 
+-- vmpool.run inside a request: its coroutines wait through its own driver (blocking the worker),
+-- not the adapter's semaphores (no wait counted); a run that fails leaves the request's own
+-- co_invoke yielding through the adapter (one wait)
+function T.run()
+  local pool = T.pool()
+  local got = {}
+  local waits = vmpool.ngx.stats().waits
+  vmpool.run(function()
+    vmpool.spawn(function() got[2] = pool:co_invoke("t", "echo", "two") end)
+    got[1] = pool:co_invoke("t", "echo", "one")
+  end)
+  ngx.say(got[1], " ", got[2], " ", vmpool.ngx.stats().waits - waits)
+  local ok, err = pcall(vmpool.run, function()
+    vmpool.spawn(function() pool:co_invoke("t", "echo", "never waited for") end)
+    error("boom")
+  end)
+  ngx.say(ok and "no error" or (tostring(err):gsub("\n.*", "")))
+  waits = vmpool.ngx.stats().waits
+  local after = pool:co_invoke("t", "echo", "after")
+  ngx.say(after, " ", vmpool.ngx.stats().waits - waits)
+end
+
+-- pool:co_invoke's FFI path (src/host/ngx_ffi.rs) and its way back to the C functions: each
+-- call's results as a line (their count, then each value), and how many calls and takes went
+-- through the FFI
+function T.ffi()
+  local pool = T.pool()
+  local function show(...)
+    local parts = { select("#", ...) }
+    for i = 1, select("#", ...) do
+      local v = select(i, ...)
+      if type(v) == "string" then
+        -- (an error's first line only)
+        local text = #v > 1000 and (#v .. " bytes " .. v:sub(1, 3)) or v:gsub("%z", "<0>"):gsub("\n.*", "")
+        parts[#parts + 1] = "[" .. text .. "]"
+      elseif type(v) == "table" then
+        parts[#parts + 1] = "table " .. tostring(v[1])
+      elseif type(v) == "userdata" then
+        parts[#parts + 1] = "userdata"
+      else
+        parts[#parts + 1] = tostring(v)
+      end
+    end
+    ngx.say(table.concat(parts, " "))
+  end
+  local before = vmpool.ngx.stats()
+  show(pool:co_invoke("t", "echo"))
+  show(pool:co_invoke("t", "echo", nil))
+  show(pool:co_invoke("t", "echo", false, true))
+  show(pool:co_invoke("t", "echo", 1.5, -0.25, 1e300))
+  show(pool:co_invoke("t", "echo", "", "a\0b", nil))
+  show(pool:co_invoke("t", "echo", "ab", string.rep("y", 100000), "cd"))
+  -- a function as the callee: filed by the C function, its results taken through the FFI
+  show(pool:co_invoke(function(a, b) return a + b, a .. b end, 2, 3))
+  -- not carried by the FFI: four arguments, a table, a light userdata; a table result
+  show(pool:co_invoke("t", "echo", 1, 2, 3, 4))
+  show(pool:co_invoke("t", "echo", { 7 }))
+  show(pool:co_invoke("t", "echo", ngx.null))
+  -- errors: raised in the state (the FFI files the call, _take raises), an unknown chunk (the
+  -- FFI declines, _call raises)
+  show(pcall(pool.co_invoke, pool, "t", "fail_at", 3))
+  show(pcall(pool.co_invoke, pool, "no such chunk", "f"))
+  local after = vmpool.ngx.stats()
+  ngx.say("ffi ", after.ffi_calls - before.ffi_calls, " ", after.ffi_takes - before.ffi_takes)
+end
+
 function T.echo()
   ngx.say(T.pool():co_invoke("t", "echo", ngx.var.arg_x))
 end

@@ -148,6 +148,48 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     assert.are.equal("after still works", lines[7])
   end)
 
+  it("passes co_invoke's scalar arguments and results through LuaJIT's FFI unchanged, the rest as before", function()
+    local status, body = H.get(tport, "/ffi")
+    assert.are.equal(200, status, body)
+    local lines = {}
+    for line in body:gmatch("[^\n]+") do
+      lines[#lines + 1] = line
+    end
+    assert.are.same({
+      "0",
+      "1 nil",
+      "2 false true",
+      "3 1.5 -0.25 1e+300",
+      "3 [] [a<0>b] nil",
+      "3 [ab] [100000 bytes yyy] [cd]",
+      "2 5 [23]",
+      "4 1 2 3 4",
+      "1 table 7",
+      "1 userdata",
+    }, { unpack(lines, 1, 10) })
+    assert.matches("^2 false %[vmpool: .*three", lines[11])
+    assert.matches("^2 false %[vmpool: .*no such chunk", lines[12])
+    -- the six calls of scalars went through the FFI both ways; fail_at's only there (its error
+    -- is raised by the C function), the function's results only back, and the rest not at all
+    assert.are.equal("ffi 7 7", lines[13], body)
+    assert_clean_log(nginx)
+  end)
+
+  it("runs vmpool.run's coroutines under its own driver inside a request, before and after a failed run", function()
+    local status, body = H.get(tport, "/run")
+    assert.are.equal(200, status, body)
+    local lines = {}
+    for line in body:gmatch("[^\n]+") do
+      lines[#lines + 1] = line
+    end
+    -- no adapter wait: vmpool.run's driver waited for both calls
+    assert.are.equal("one two 0", lines[1], body)
+    assert.matches("^vmpool: a coroutine in vmpool.run failed: .*boom", lines[2])
+    -- the request's own call after the failed run yields through the adapter: one wait
+    assert.are.equal("after 1", lines[3], body)
+    assert_clean_log(nginx)
+  end)
+
   it("delivers a pool's refusal of a call to the request that made it", function()
     local status, body = H.get(tport, "/exhausted")
     assert.are.equal(200, status)

@@ -15,6 +15,7 @@ pub mod future_api;
 pub mod map_api;
 pub mod map_run;
 pub mod metrics_api;
+pub mod ngx_ffi;
 pub mod ngx_state_api;
 pub mod notifier_api;
 pub mod options;

@@ -58,11 +58,13 @@ pub struct NotifierHandle {
     /// The main thread of the host state that made the notifier (`State::main_thread`: null or
     /// that thread), for its waits' hook mark (see `HostWait::with_main`).
     main: *mut mlua::ffi::lua_State,
+    /// The string results `vmpool_ngx_take` hands out (`host/ngx_ffi.rs`), until its next call.
+    pub(crate) ffi_strings: Vec<u8>,
 }
 
 impl NotifierHandle {
     /// Whether it was made with `_notifier(true)` in another process (before a `fork()`).
-    fn inherited(&self) -> bool {
+    pub(crate) fn inherited(&self) -> bool {
         self.born.is_some() && born_elsewhere(self.born, crate::sys::fork_generation())
     }
 }
@@ -97,6 +99,7 @@ fn new_impl(st: State) -> Result<c_int, Error> {
         pollfd: None,
         born,
         main: st.main_thread(),
+        ffi_strings: Vec::new(),
     };
     userdata::push(st, h, UV_NOTIFIER)?;
     Ok(1)

@@ -323,6 +323,28 @@ pub unsafe fn peek<'a, T: Tagged>(p: *const std::ffi::c_void) -> Option<&'a T> {
     }
 }
 
+/// [`peek`] for a type whose methods change it: the value of a block no method holds.
+///
+/// # Safety
+/// As for [`peek`]; the caller (an FFI function) calls no Lua function while it uses the
+/// reference, so nothing else can borrow the value meanwhile (an idle block is lent to nobody).
+pub unsafe fn peek_mut<'a, T: Tagged>(p: *mut std::ffi::c_void) -> Option<&'a mut T> {
+    const { assert!(!T::SHARED, "a SHARED type is only read, through `peek`") };
+    let p = p as *mut Boxed<T>;
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: guaranteed by the caller; the tag and the state are checked, as `block` does.
+    unsafe {
+        if std::ptr::addr_of!((*p).tag).read() != T::TAG
+            || std::ptr::addr_of!((*p).state).read() != IDLE
+        {
+            return None;
+        }
+        Some(&mut **std::ptr::addr_of_mut!((*p).value))
+    }
+}
+
 /// Drops the value of the `Boxed<T>` at `idx` (the `__gc` metamethod). Safe to call twice. A
 /// value a method holds (a `__gc` that ran inside that method: the state closing under it) is
 /// left to the holder, which drops it when it lets go.

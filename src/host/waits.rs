@@ -133,13 +133,35 @@ impl Waits {
     /// is free now; a held call's token once it is taken or dropped. Either way it is reused only
     /// after the next `drain`/`wait`.
     pub fn delivered(&mut self) {
-        for &t in &self.tokens {
-            match self.calls.get_mut(t) {
-                Some(e) => e.drained = true,
-                None => self.supply.release(t),
-            }
+        for i in 0..self.tokens.len() {
+            self.deliver(self.tokens[i]);
         }
         self.tokens.clear();
+    }
+
+    fn deliver(&mut self, t: u64) {
+        match self.calls.get_mut(t) {
+            Some(e) => e.drained = true,
+            None => self.supply.release(t),
+        }
+    }
+
+    /// `drain` and `delivered` for a loop that takes at most `out.len()` tokens at a time
+    /// (`host/ngx_ffi.rs`): the first ones go into `out`, the rest stay for the next call, which
+    /// drains the queue only once they are delivered. Returns how many.
+    pub fn drain_into(&mut self, out: &mut [f64]) -> usize {
+        self.supply.recycle();
+        if self.tokens.is_empty() {
+            self.notifier.drain(&mut self.tokens);
+        }
+        let k = self.tokens.len().min(out.len());
+        for (i, slot) in out.iter_mut().enumerate().take(k) {
+            let t = self.tokens[i];
+            *slot = t as f64;
+            self.deliver(t);
+        }
+        self.tokens.drain(..k);
+        k
     }
 
     /// A call leaves the registry (taken, dropped, unwatched): its token is free if it was
@@ -307,6 +329,14 @@ impl Waits {
         Ok(())
     }
 
+    /// The call of `token` if it finished (not a map's batch).
+    pub fn finished(&self, token: u64) -> Option<&Arc<Call>> {
+        self.calls
+            .get(token)
+            .filter(|e| e.pool.is_some() && e.call.is_done())
+            .map(|e| &e.call)
+    }
+
     /// Whether the call of `token` finished (`None`: not held).
     pub fn done(&self, token: u64) -> Option<bool> {
         self.calls.get(token).map(|e| e.call.is_done())
@@ -391,4 +421,33 @@ fn no_token(token: u64) -> Error {
         "notifier:_take",
         &format!("the token of a call it holds (no call has token {token})"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Waits;
+
+    #[test]
+    fn draining_into_a_short_array_delivers_every_token_once_in_order() {
+        let mut w = Waits::default();
+        let tokens: Vec<u64> = (0..5).map(|_| w.next_token()).collect();
+        for &t in &tokens {
+            w.notifier.push(t);
+        }
+        let mut out = [0.0; 2];
+        let mut got = Vec::new();
+        loop {
+            let k = w.drain_into(&mut out);
+            got.extend(out[..k].iter().map(|&t| t as u64));
+            if k < out.len() {
+                break;
+            }
+        }
+        assert_eq!(got, tokens);
+        assert_eq!(w.drain_into(&mut out), 0);
+        // delivered, with no call held: each is handed out again once recycled
+        let mut again: Vec<u64> = (0..5).map(|_| w.next_token()).collect();
+        again.sort_unstable();
+        assert_eq!(again, tokens);
+    }
 }

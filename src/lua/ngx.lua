@@ -8,6 +8,7 @@
 --     turn's first posts the flusher        the completion queue goes from empty to non-empty
 --   sem:wait()  -- yields                   tokens = notifier:drain(); sem:post() for each waiter
 --   notifier:_take(token) -- the results
+--   (_call, _take and drain through LuaJIT's FFI in the common case: host_go, drain_and_dispatch)
 --                                           flusher (an ngx.thread of the light thread), resumed
 --                                           after the turn's events: notifier:_flush() hands the
 --                                           outbox to the pools, waking each worker once
@@ -17,7 +18,7 @@
 -- state is rebuilt when the pid changes (a copy inherited from the master is never used).
 -- luacheck: read globals ngx
 
-local M, native = ...
+local M, native, with_args = ...
 
 local ngx = ngx
 local get_phase, timer_at, tcp = ngx.get_phase, ngx.timer.at, ngx.socket.tcp
@@ -25,9 +26,43 @@ local spawn_thread, wait_thread = ngx.thread.spawn, ngx.thread.wait
 local worker_pid, worker_exiting, now = ngx.worker.pid, ngx.worker.exiting, ngx.now
 local ngx_log, ERR, WARN, NOTICE = ngx.log, ngx.ERR, ngx.WARN, ngx.NOTICE
 local error, pcall, tostring, type, pairs, getmetatable = error, pcall, tostring, type, pairs, getmetatable
+local setmetatable = setmetatable
 local fmt = string.format
 
 local have_semaphore, semaphore = pcall(require, "ngx.semaphore")
+
+local N = native.notifier_methods
+local N_CALL, N_TAKE = N._call, N._take
+
+-- The FFI path (src/host/ngx_ffi.rs) of co_invoke's common case and of the light thread's drain:
+-- C_NGX is the library through ffi.load, or nil (no ffi module, no library path, declarations
+-- that clash), and then the notifier's C functions do everything. ARGS, OUT: the arguments and
+-- results of one call (filled and read with no allocation in between, so no finalizer can run
+-- and reuse them meanwhile); TOKENS: the finished tokens of one drain.
+local C_NGX, ARGS, OUT, TOKENS, ffi_string
+local MAX_FFI_VALUES, TOKENS_CAP = 3, 256
+local V_NIL, V_FALSE, V_TRUE, V_NUMBER, V_STRING = 0, 1, 2, 3, 4
+do
+  local has_ffi, ffi = pcall(require, "ffi")
+  local path = native._library_path
+  if has_ffi and path and pcall(ffi.cdef, [[
+    typedef struct { int kind; double num; const char *s; double len; } vmpool_ngx_value;
+    double vmpool_ngx_call(void *notifier, void *pool, const char *chunk, size_t clen,
+                           const char *fn, size_t flen, int nargs, const vmpool_ngx_value *args);
+    int vmpool_ngx_take(void *notifier, double token, vmpool_ngx_value *out);
+    int vmpool_ngx_drain(void *notifier, double *out, int cap);
+  ]]) then
+    local loaded, lib = pcall(ffi.load, path)
+    if loaded then
+      C_NGX, ffi_string = lib, ffi.string
+      ARGS = ffi.new("vmpool_ngx_value[?]", MAX_FFI_VALUES)
+      OUT = ffi.new("vmpool_ngx_value[?]", MAX_FFI_VALUES)
+      TOKENS = ffi.new("double[?]", TOKENS_CAP)
+    end
+  end
+end
+-- the pools vmpool.new made here (see the end of this file): only their userdata reach the FFI
+local known_pools = setmetatable({}, { __mode = "k" })
 
 local A = {}
 
@@ -98,16 +133,17 @@ local function worker()
       -- counters of vmpool.ngx.stats()
       waits = 0, wakeups = 0, empty = 0, completions = 0, dropped = 0, timeouts = 0, batched = 0,
       light_thread_starts = 0,
+      ffi_calls = 0, ffi_takes = 0, -- calls filed and results taken through the FFI (host_go)
     }
     W = w
   end
   return w
 end
 
-local function dispatch(w, tokens)
+-- Wakes the requests of tokens[first..last] (a table from notifier:drain(), or TOKENS).
+local function dispatch(w, tokens, first, last)
   local waiting = w.waiting
-  local n = #tokens
-  for i = 1, n do
+  for i = first, last do
     local t = tokens[i]
     local sem = waiting[t]
     if sem then
@@ -126,7 +162,27 @@ local function dispatch(w, tokens)
       w.dropped = w.dropped + 1
     end
   end
-  w.completions = w.completions + n
+  w.completions = w.completions + (last - first + 1)
+end
+
+-- Takes every finished token and wakes their requests; returns how many.
+local function drain_and_dispatch(w)
+  local notifier = w.notifier
+  if C_NGX then
+    local total = 0
+    while true do
+      local k = C_NGX.vmpool_ngx_drain(notifier, TOKENS, TOKENS_CAP)
+      dispatch(w, TOKENS, 0, k - 1)
+      total = total + k
+      if k < TOKENS_CAP then
+        return total
+      end
+    end
+  end
+  local tokens = notifier:drain()
+  local n = #tokens
+  dispatch(w, tokens, 1, n)
+  return n
 end
 
 -- Wakes every waiting request with an error (the light thread cannot run).
@@ -228,7 +284,7 @@ light_thread_main = function(premature, w, path, gen)
     fail_waiters(w, why)
     return
   end
-  dispatch(w, notifier:drain())
+  drain_and_dispatch(w)
   local broken
   while true do
     if w.waiters == 0 and (w.exiting or worker_exiting()) then
@@ -237,9 +293,7 @@ light_thread_main = function(premature, w, path, gen)
     local data, rerr = sock:receiveany(RING_BYTES)
     if data then
       w.wakeups = w.wakeups + 1
-      local tokens = notifier:drain()
-      if #tokens == 0 then w.empty = w.empty + 1 end
-      dispatch(w, tokens)
+      if drain_and_dispatch(w) == 0 then w.empty = w.empty + 1 end
     elseif rerr ~= "timeout" then
       broken = rerr
       break
@@ -254,7 +308,7 @@ light_thread_main = function(premature, w, path, gen)
   ctl.sem:post(1)
   wait_thread(flush_thread)
   if broken then
-    dispatch(w, notifier:drain())
+    drain_and_dispatch(w)
     if w.waiters > 0 then
       local restarted, why = start_light_thread(w)
       if not restarted then
@@ -383,10 +437,121 @@ local function finish_call(w, notifier, token)
   return notifier:_take(token)
 end
 
+-- This worker's state when a call can be filed at once (a phase that yields, the worker's state
+-- built and its light thread running), else nil. No pid check: see host_co_invoke.
+local function host_ready()
+  local w = W
+  if w ~= nil and w.light_thread == RUNNING and YIELDS[get_phase()] then
+    return w
+  end
+  return nil
+end
+
+local host_co_invoke -- below
+
+-- One argument into its FFI slot; false if the FFI path does not carry it.
+local function put_arg(slot, v)
+  local t = type(v)
+  if t == "number" then
+    slot.kind, slot.num = V_NUMBER, v
+  elseif t == "string" then
+    slot.kind, slot.s, slot.len = V_STRING, v, #v
+  elseif t == "boolean" then
+    slot.kind = v and V_TRUE or V_FALSE
+  elseif t == "nil" then
+    slot.kind = V_NIL
+  else
+    return false
+  end
+  return true
+end
+
+-- notifier:_call(pool, chunk, fn, a1..an) through the FFI: 2 * token + first, or -1 where the
+-- FFI does not serve it (then notifier:_call does, with its errors).
+local function ffi_call(notifier, pool, chunk, fn, n, a1, a2, a3)
+  if not (C_NGX and known_pools[pool] and type(chunk) == "string" and type(fn) == "string")
+    or (n > 0 and not put_arg(ARGS[0], a1))
+    or (n > 1 and not put_arg(ARGS[1], a2))
+    or (n > 2 and not put_arg(ARGS[2], a3)) then
+    return -1
+  end
+  return C_NGX.vmpool_ngx_call(notifier, pool, chunk, #chunk, fn, #fn, n, ARGS)
+end
+
+local function result(slot)
+  local kind = slot.kind
+  if kind == V_NUMBER then
+    return slot.num
+  elseif kind == V_STRING then
+    return ffi_string(slot.s, slot.len)
+  elseif kind == V_NIL then
+    return nil
+  end
+  return kind == V_TRUE
+end
+
+-- host_go(pool, chunk, fn, n, a1, a2, a3): pool:co_invoke(chunk, fn, a1..an) for n at most
+-- MAX_FFI_VALUES (vmpool.lua's co_invoke, when no vmpool.run or other loop drives coroutines).
+-- In the common case (host_ready) it files the call (through the FFI when it can), waits, and
+-- returns the results (through the FFI when they are a few scalars); otherwise host_co_invoke
+-- decides. One function of fixed arity, so that it is one compiled trace up to the yield, and one
+-- after it.
+local function host_go(pool, chunk, fn, n, a1, a2, a3)
+  local w = host_ready()
+  if w == nil then
+    return with_args(host_co_invoke, pool, chunk, fn, n, a1, a2, a3)
+  end
+  local notifier = w.notifier
+  local token, first
+  local r = ffi_call(notifier, pool, chunk, fn, n, a1, a2, a3)
+  if r >= 0 then
+    first = r % 2 == 1
+    token = (r - r % 2) / 2
+    w.ffi_calls = w.ffi_calls + 1
+  else
+    if n == 0 then
+      token, first = N_CALL(notifier, pool, chunk, fn)
+    elseif n == 1 then
+      token, first = N_CALL(notifier, pool, chunk, fn, a1)
+    elseif n == 2 then
+      token, first = N_CALL(notifier, pool, chunk, fn, a1, a2)
+    else
+      token, first = N_CALL(notifier, pool, chunk, fn, a1, a2, a3)
+    end
+    if token == false then
+      W = nil -- inherited through fork(): start over with this process's own state
+      return with_args(host_co_invoke, pool, chunk, fn, n, a1, a2, a3)
+    end
+  end
+  if first then
+    w.flush_sem:post(1)
+  end
+  local timeout = config.wait_timeout
+  local why, err = sleep_on(w, token, timeout)
+  if why ~= nil and not (why == false and notifier:_done(token)) then
+    notifier:_drop(token) -- its completion, when it comes, finds no waiter and is dropped
+    error(why or gave_up(w, timeout, err), 0)
+  end
+  local k = C_NGX and C_NGX.vmpool_ngx_take(notifier, token, OUT) or -1
+  if k >= 0 then
+    w.ffi_takes = w.ffi_takes + 1
+  end
+  if k == 0 then
+    return
+  elseif k == 1 then
+    return result(OUT[0])
+  elseif k == 2 then
+    return result(OUT[0]), result(OUT[1])
+  elseif k == 3 then
+    return result(OUT[0]), result(OUT[1]), result(OUT[2])
+  end
+  return N_TAKE(notifier, token)
+end
+
 --- pool:co_invoke(chunk, fn, ...) inside OpenResty, returned to vmpool.lua with the adapter (see
 --- its dispatch). The hot path: one native call submits and subscribes, one takes the results; no
 --- future object is made.
-local function host_co_invoke(pool, chunk, fn, ...)
+host_co_invoke = function(pool, chunk, fn, ...)
   local phase = get_phase()
   if YIELDS[phase] then
     -- No pid check here, unlike the other entry points: the worker's state built in another
@@ -567,11 +732,19 @@ function A.pool(name, create)
     error("vmpool: bad argument #2 to 'vmpool.ngx.pool': expected a function that creates the pool, got "
       .. type(create), 0)
   end
+  local w = W
+  if w ~= nil and w.pid == worker_pid() then
+    -- a request asking for its worker's pool, the common case: no phase check, since no pool is
+    -- ever filed in init_by_lua
+    local pool = w.pools[name]
+    if pool ~= nil then
+      return pool
+    end
+  end
   if get_phase() == "init" then
     error("vmpool: vmpool.ngx.pool makes a pool for one nginx worker; call it in init_worker_by_lua or "
       .. "in a request, not in init_by_lua (the master's threads do not survive the fork into workers)", 0)
   end
-  local w = W
   if w == nil or w.pid ~= worker_pid() then
     w = worker()
   end
@@ -646,6 +819,8 @@ function A.stats()
     held = held,
     deferred = deferred,
     flushes = w.flushes,
+    ffi_calls = w.ffi_calls,
+    ffi_takes = w.ffi_takes,
     free_semaphores = w.nfree,
   }
 end
@@ -676,8 +851,10 @@ do
     if api ~= false and (copy.init == nil or type(copy.init) == "string") then
       copy.init = SETUP .. (copy.init or "")
     end
-    return plain_new(copy)
+    local pool = plain_new(copy)
+    known_pools[pool] = true
+    return pool
   end
 end
 
-return A, host_co_invoke, host_co_map, host_await_place
+return A, host_co_invoke, host_co_map, host_await_place, host_go, MAX_FFI_VALUES

@@ -48,6 +48,9 @@ local WAIT = setmetatable({}, { __tostring = function() return "vmpool.wait" end
 
 -- The vmpool.run driver of each coroutine it runs (weak: finished coroutines go away).
 local driver_of = setmetatable({}, { __mode = "k" })
+-- how many coroutines driver_of holds (0: no coroutine is vmpool.run's, which OpenResty's common
+-- case of co_invoke checks without coroutine.running, a function LuaJIT does not compile)
+local ndriven = 0
 
 local Driver = {}
 Driver.__index = Driver
@@ -115,6 +118,7 @@ function Driver:spawn(fn, ...)
   local args = pack(...)
   local co = coroutine_create(function() return fn(unpack(args, 1, args.n)) end)
   driver_of[co] = self
+  ndriven = ndriven + 1
   self.live = self.live + 1
   self.ready[#self.ready + 1] = co
   return co
@@ -174,6 +178,7 @@ function Driver:collect_strays()
       self.strays[co] = nil
       if driver_of[co] == self then
         driver_of[co] = nil
+        ndriven = ndriven - 1
         self.live = self.live - 1
       end
     end
@@ -186,9 +191,17 @@ function Driver:stepped(co, ok, first)
     if driver_of[co] == self then
       self.live = self.live - 1
       driver_of[co] = nil
+      ndriven = ndriven - 1
     end
     self.strays[co] = nil
     if not ok then
+      -- the run ends here: its other coroutines are no longer driven
+      for other, d in pairs(driver_of) do
+        if d == self then
+          driver_of[other] = nil
+          ndriven = ndriven - 1
+        end
+      end
       -- the calls already made in this wake-up's batch go to the pool, like every call in
       -- flight when a run fails (they finish there; their results are dropped)
       native_flush(self.native)
@@ -201,6 +214,19 @@ function Driver:stepped(co, ok, first)
   end
 end
 
+-- f(a, b, c, a1..an) for n (at most 3) arguments held in fixed parameters (OpenResty's co_invoke
+-- below, and src/lua/ngx.lua)
+local function with_args(f, a, b, c, n, a1, a2, a3)
+  if n == 0 then
+    return f(a, b, c)
+  elseif n == 1 then
+    return f(a, b, c, a1)
+  elseif n == 2 then
+    return f(a, b, c, a1, a2)
+  end
+  return f(a, b, c, a1, a2, a3)
+end
+
 --- pool:co_invoke(chunk, fn, ...): like invoke, but yields the running coroutine while the call
 --- runs (under vmpool.run, or a scheduler set as vmpool.awaiter). Outside a coroutine, or in a
 --- coroutine no scheduler drives, it blocks like invoke.
@@ -208,7 +234,7 @@ end
 --- Where the coroutine cannot yield (a table.sort comparator, a string.gsub callback, a metamethod
 --- on 5.1, pcall on 5.1), the call is made as a blocking invoke: nothing is submitted that the
 --- coroutine could not wait for.
-function Pool:co_invoke(chunk, fn, ...)
+local function plain_co_invoke(self, chunk, fn, ...)
   if type(self) ~= "userdata" then
     error("vmpool: bad argument #1 to 'co_invoke': expected a pool, got " .. type(self)
       .. " (call it as pool:co_invoke(...), with a colon)", 0)
@@ -254,6 +280,7 @@ function Pool:co_invoke(chunk, fn, ...)
   end
   return pool_invoke(self, chunk, fn, ...)
 end
+Pool.co_invoke = plain_co_invoke -- inside OpenResty, wrapped where the adapter is loaded
 
 --- pool:co_map(chunk, fn, list [, options]): like map, but yields the running coroutine while
 --- the batches run (under vmpool.run, vmpool.luv, vmpool.cqueues, or inside OpenResty);
@@ -597,8 +624,26 @@ end
 -- and its co_invoke serves pool:co_invoke outside vmpool.run.
 if type(ngx) == "table" and type(ngx.get_phase) == "function" then -- luacheck: ignore 113
   local load_text = loadstring or load -- luacheck: ignore 113
-  M.ngx, host_co_invoke, host_co_map, host_await_place =
-    assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native)
+  local host_go, host_go_args
+  M.ngx, host_co_invoke, host_co_map, host_await_place, host_go, host_go_args =
+    assert(load_text(native._ngx_source, "=vmpool/ngx.lua"))(M, native, with_args)
+  -- co_invoke's common case inside nginx (a call of few arguments, no vmpool.run or other loop's
+  -- adapter driving coroutines) goes to ngx.lua's host_go through one function of fixed arity:
+  -- LuaJIT starts no trace in a vararg function, and host_call's trace runs up to the request's
+  -- yield
+  local function host_call(self, chunk, fn, n, a1, a2, a3)
+    if ndriven == 0 and first_drives == nil and type(self) == "userdata" then
+      return host_go(self, chunk, fn, n, a1, a2, a3)
+    end
+    return with_args(plain_co_invoke, self, chunk, fn, n, a1, a2, a3)
+  end
+  function Pool:co_invoke(chunk, fn, ...)
+    local n = select("#", ...)
+    if n <= host_go_args then
+      return host_call(self, chunk, fn, n, ...)
+    end
+    return plain_co_invoke(self, chunk, fn, ...)
+  end
 end
 
 -- On LuaJIT the busiest methods of vmpool.shared's dictionaries go through the FFI
