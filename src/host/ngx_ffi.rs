@@ -11,13 +11,12 @@
 //! the `vmpool:` error. No function here raises, unwinds or calls back into Lua.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 use crate::host::call_io::PoolHandle;
 use crate::host::notifier_api::NotifierHandle;
 use crate::host::userdata;
-use crate::value::{self, Corrupt, Sink, Value};
+use crate::value::{self, Scalar};
 
 /// Not handled here: call the notifier's C function.
 pub const FALLBACK: c_int = -1;
@@ -92,27 +91,20 @@ pub unsafe extern "C" fn vmpool_ngx_call(
     let Ok(chunk) = p.chunk(name) else {
         return fallback;
     };
-    let mut values = Args {
-        values: ManuallyDrop::new([Value::Nil, Value::Nil, Value::Nil]),
-        owned: false,
-    };
-    for i in 0..nargs {
+    let mut values = [Scalar::Nil; MAX_VALUES];
+    for (i, v) in values.iter_mut().enumerate().take(nargs) {
         // SAFETY: guaranteed by the caller (`i < nargs`).
         let a = unsafe { &*args.add(i) };
-        let v = match a.kind {
-            NIL => Value::Nil,
-            FALSE => Value::Bool(false),
-            TRUE => Value::Bool(true),
-            NUMBER => Value::Float(a.num),
-            STRING => {
-                values.owned = true;
-                // SAFETY: guaranteed by the caller.
-                Value::Str(unsafe { bytes(a.s, a.len as usize) }.to_vec())
-            }
+        *v = match a.kind {
+            NIL => Scalar::Nil,
+            FALSE => Scalar::Bool(false),
+            TRUE => Scalar::Bool(true),
+            // numbers as the encoder writes them on LuaJIT (one number type: always a float)
+            NUMBER => Scalar::Float(a.num),
+            // SAFETY: guaranteed by the caller.
+            STRING => Scalar::Str(unsafe { bytes(a.s, a.len as usize) }),
             _ => return fallback,
         };
-        // SAFETY: slot `i` holds the Nil it was made with, which owns nothing to drop.
-        unsafe { std::ptr::write(&mut values.values[i], v) };
     }
     let mut call = n.waits.cache.take(Some(&p.pool));
     let Some(c) = Arc::get_mut(&mut call) else {
@@ -122,114 +114,44 @@ pub unsafe extern "C" fn vmpool_ngx_call(
     let d = c.data.get_mut();
     d.func.extend_from_slice(func);
     d.chunk = Some(chunk);
-    // numbers as the encoder writes them on LuaJIT (one number type: always a float)
-    value::encode_rust(&values.values[..nargs], &mut d.buf);
+    if !value::write_scalars(&values[..nargs], &mut d.buf) {
+        n.waits.cache.put(call);
+        return fallback;
+    }
     match n.waits.call(&p.pool, call) {
         Ok((token, first)) => 2.0 * token as f64 + f64::from(u8::from(first)),
         Err(_) => fallback,
     }
 }
 
-/// The arguments of [`vmpool_ngx_call`] as values. Only strings own memory, so they alone are
-/// dropped: numbers, the common case, cost no drop.
-struct Args {
-    values: ManuallyDrop<[Value; MAX_VALUES]>,
-    owned: bool,
-}
-
-impl Drop for Args {
-    fn drop(&mut self) {
-        if self.owned {
-            // SAFETY: dropped once, here; the values are not used afterwards.
-            unsafe { ManuallyDrop::drop(&mut self.values) }
-        }
-    }
-}
-
-/// The scalar results of a message, into the caller's slots; strings into `strings`, pointed to
-/// once all are there (a later string may move the buffer).
-struct Slots<'a> {
-    out: &'a mut [NgxValue],
-    count: usize,
-    strings: &'a mut Vec<u8>,
-    /// Where each string slot's bytes start in `strings`.
-    starts: [usize; MAX_VALUES],
-}
-
-const NOT_SCALAR: Corrupt = Corrupt("not a scalar");
-
-impl Slots<'_> {
-    fn next(&mut self, kind: c_int, num: f64) -> Result<&mut NgxValue, Corrupt> {
-        let slot = self.out.get_mut(self.count).ok_or(NOT_SCALAR)?;
-        self.count += 1;
-        slot.kind = kind;
-        slot.num = num;
-        Ok(slot)
-    }
-}
-
-impl Sink for Slots<'_> {
-    fn reserve(&mut self, n: u32) -> Result<(), Corrupt> {
-        if n as usize > self.out.len() {
-            return Err(NOT_SCALAR);
-        }
-        Ok(())
-    }
-    fn nil(&mut self) -> Result<(), Corrupt> {
-        self.next(NIL, 0.0).map(drop)
-    }
-    fn boolean(&mut self, b: bool) -> Result<(), Corrupt> {
-        self.next(if b { TRUE } else { FALSE }, 0.0).map(drop)
-    }
-    fn integer(&mut self, i: i64) -> Result<(), Corrupt> {
-        // LuaJIT's lua_pushinteger makes the same double
-        self.next(NUMBER, i as f64).map(drop)
-    }
-    fn float(&mut self, f: f64) -> Result<(), Corrupt> {
-        self.next(NUMBER, f).map(drop)
-    }
-    fn string(&mut self, s: &[u8]) -> Result<(), Corrupt> {
-        let at = self.strings.len();
-        let i = self.count;
-        let slot = self.next(STRING, 0.0)?;
-        slot.len = s.len() as f64;
-        self.starts[i] = at;
-        self.strings.extend_from_slice(s);
-        Ok(())
-    }
-    fn light_userdata(&mut self, _address: u64) -> Result<(), Corrupt> {
-        Err(NOT_SCALAR)
-    }
-    fn begin_table(&mut self, _narr: u32, _nhash: u32) -> Result<(), Corrupt> {
-        Err(NOT_SCALAR)
-    }
-    fn set_index(&mut self, _i: u32) -> Result<(), Corrupt> {
-        Err(NOT_SCALAR)
-    }
-    fn set_pair(&mut self) -> Result<(), Corrupt> {
-        Err(NOT_SCALAR)
-    }
-    fn reference(&mut self, _n: u32) -> Result<(), Corrupt> {
-        Err(NOT_SCALAR)
-    }
-}
-
-/// Decodes a message of at most `out.len()` nil, boolean, number or string values into `out`,
-/// strings into `strings` (cleared first); `None` for any other message.
+/// Copies a message of at most `out.len()` nil, boolean, number or string values into `out`,
+/// their strings' bytes into `strings` (cleared first); `None` for any other message.
 fn decode_scalars(buf: &[u8], out: &mut [NgxValue], strings: &mut Vec<u8>) -> Option<usize> {
+    let mut values = [Scalar::Nil; MAX_VALUES];
+    let count = value::read_scalars(buf, &mut values[..out.len().min(MAX_VALUES)])?;
     strings.clear();
-    let mut slots = Slots {
-        out,
-        count: 0,
-        strings,
-        starts: [0; MAX_VALUES],
-    };
-    value::decode_values(buf, &mut slots).ok()?;
-    let (count, starts) = (slots.count, slots.starts);
-    for (slot, start) in slots.out.iter_mut().zip(starts).take(count) {
-        if slot.kind == STRING {
-            slot.s = slots.strings[start..].as_ptr() as *const c_char;
+    let mut starts = [0; MAX_VALUES];
+    for (i, v) in values.iter().enumerate().take(count) {
+        if let Scalar::Str(s) = v {
+            starts[i] = strings.len();
+            strings.extend_from_slice(s);
         }
+    }
+    for (i, (slot, v)) in out.iter_mut().zip(values).take(count).enumerate() {
+        (slot.kind, slot.num) = match v {
+            Scalar::Nil => (NIL, 0.0),
+            Scalar::Bool(false) => (FALSE, 0.0),
+            Scalar::Bool(true) => (TRUE, 0.0),
+            // LuaJIT's lua_pushinteger makes the same double
+            Scalar::Int(i) => (NUMBER, i as f64),
+            Scalar::Float(f) => (NUMBER, f),
+            Scalar::Str(s) => {
+                // pointed to once all are copied (a later string may move the buffer)
+                slot.s = strings[starts[i]..].as_ptr() as *const c_char;
+                slot.len = s.len() as f64;
+                (STRING, 0.0)
+            }
+        };
     }
     Some(count)
 }
@@ -298,6 +220,7 @@ pub unsafe extern "C" fn vmpool_ngx_drain(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::value::{encode_rust, Value};
 
     fn slots() -> [NgxValue; MAX_VALUES] {
         std::array::from_fn(|_| NgxValue {
@@ -310,7 +233,7 @@ mod tests {
 
     fn decoded(values: &[Value]) -> Option<Vec<Value>> {
         let mut buf = Vec::new();
-        value::encode_rust(values, &mut buf);
+        encode_rust(values, &mut buf);
         let mut out = slots();
         let mut strings = vec![b'x'; 3];
         let n = decode_scalars(&buf, &mut out, &mut strings)?;

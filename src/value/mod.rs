@@ -720,7 +720,9 @@ const NO_FUNCTIONS: Corrupt = Corrupt("a function where none can be");
 mod decode;
 mod func;
 mod rust;
+mod scalar;
 
 pub use decode::{decode_values, decode_with, push_message, push_scalars, push_values, LuaSink};
 pub use func::{install, is_refusal, FnCache, Proto, CACHED_FUNCTIONS, HITS, LOADS};
 pub use rust::{encode_rust, RustSink, Value};
+pub use scalar::{read_scalars, write_scalars, Scalar};
