@@ -427,13 +427,18 @@ end
 -- Why: the request resumes inside sleep_on, and LuaJIT's trace of what follows cannot return
 -- through a vararg function's frame (host_co_invoke's, "NYI: return to lower frame"); it gave up
 -- and ran the rest of every request in the interpreter. host_co_invoke's frame is gone by then.
-local function finish_call(w, notifier, token)
+-- Yields until token's call finished; raises (the call dropped) if the wait ended otherwise.
+local function await_call(w, notifier, token)
   local timeout = config.wait_timeout
   local why, err = sleep_on(w, token, timeout)
   if why ~= nil and not (why == false and notifier:_done(token)) then
     notifier:_drop(token) -- its completion, when it comes, finds no waiter and is dropped
     error(why or gave_up(w, timeout, err), 0)
   end
+end
+
+local function finish_call(w, notifier, token)
+  await_call(w, notifier, token)
   return notifier:_take(token)
 end
 
@@ -526,12 +531,7 @@ local function host_go(pool, chunk, fn, n, a1, a2, a3)
   if first then
     w.flush_sem:post(1)
   end
-  local timeout = config.wait_timeout
-  local why, err = sleep_on(w, token, timeout)
-  if why ~= nil and not (why == false and notifier:_done(token)) then
-    notifier:_drop(token) -- its completion, when it comes, finds no waiter and is dropped
-    error(why or gave_up(w, timeout, err), 0)
-  end
+  await_call(w, notifier, token)
   local k = C_NGX and C_NGX.vmpool_ngx_take(notifier, token, OUT) or -1
   if k >= 0 then
     w.ffi_takes = w.ffi_takes + 1
