@@ -31,6 +31,20 @@ use mlua::ffi;
 use crate::lua::State;
 use crate::Error;
 
+/// The bytes of a string that LuaJIT's FFI passed as a pointer and a length (`dict/luajit.rs`,
+/// `ngx_ffi.rs`): empty for a length of 0 or a null pointer.
+///
+/// # Safety
+/// `ptr` is null or points to `len` readable bytes (a Lua string the caller keeps alive during
+/// the call).
+pub(crate) unsafe fn ffi_bytes<'a>(ptr: *const std::ffi::c_char, len: usize) -> &'a [u8] {
+    if len == 0 || ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
+}
+
 /// The `__gc` of a userdata holding a `T`: drops the value ([`userdata::finalize`]).
 pub(crate) fn finalize<T: userdata::Tagged>(st: State) -> Result<c_int, Error> {
     userdata::finalize::<T>(st, 1);

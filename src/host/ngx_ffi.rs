@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use crate::host::call_io::PoolHandle;
 use crate::host::notifier_api::NotifierHandle;
-use crate::host::userdata;
+use crate::host::{ffi_bytes as bytes, userdata};
 use crate::value::{self, Scalar};
 
 /// Not handled here: call the notifier's C function.
@@ -39,16 +39,6 @@ pub struct NgxValue {
     /// A string's length: a double, since LuaJIT reads a 64-bit integer field as a boxed cdata
     /// (an allocation); exact below 2^53.
     pub len: f64,
-}
-
-/// # Safety
-/// `ptr` points to `len` readable bytes (a Lua string the caller keeps alive during the call).
-unsafe fn bytes<'a>(ptr: *const c_char, len: usize) -> &'a [u8] {
-    if len == 0 || ptr.is_null() {
-        return &[];
-    }
-    // SAFETY: guaranteed by the caller.
-    unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
 }
 
 /// `notifier:_call(pool, chunk, fn, ...)` for `nargs` (at most [`MAX_VALUES`]) arguments at

@@ -18,7 +18,7 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use super::SharedHandle;
-use crate::host::userdata;
+use crate::host::{ffi_bytes as bytes, userdata};
 use crate::shared::dict::{self, Found, Kind, Mode, Number, Scalar, ValueSink};
 
 /// Not handled here: call the method's C function.
@@ -59,16 +59,6 @@ unsafe fn named<'a>(ud: *const c_void) -> Option<&'a crate::shared::Named> {
     let named = handle.named();
     named.check_process().ok()?;
     Some(named)
-}
-
-/// # Safety
-/// `ptr` points to `len` readable bytes (a Lua string the caller keeps alive during the call).
-unsafe fn bytes<'a>(ptr: *const c_char, len: usize) -> &'a [u8] {
-    if len == 0 {
-        return &[];
-    }
-    // SAFETY: guaranteed by the caller.
-    unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
 }
 
 /// `dict:get(key)` (`stale` 0) or `dict:get_stale(key)` (`stale` 1) of a string key. A string
