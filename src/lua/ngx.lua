@@ -423,10 +423,6 @@ local function phase_error(what, phase)
     .. "the worker on purpose)", what, tostring(phase))
 end
 
--- The wait and the results of host_co_invoke's call, in a function of its own that it tail-calls.
--- Why: the request resumes inside sleep_on, and LuaJIT's trace of what follows cannot return
--- through a vararg function's frame (host_co_invoke's, "NYI: return to lower frame"); it gave up
--- and ran the rest of every request in the interpreter. host_co_invoke's frame is gone by then.
 -- Yields until token's call finished; raises (the call dropped) if the wait ended otherwise.
 local function await_call(w, notifier, token)
   local timeout = config.wait_timeout
@@ -437,6 +433,9 @@ local function await_call(w, notifier, token)
   end
 end
 
+-- The wait and the results of host_co_invoke's call, in a function of its own that it tail-calls:
+-- the request resumes inside sleep_on, and LuaJIT cannot compile a return through a vararg
+-- function's frame (host_co_invoke's, "NYI: return to lower frame"), so that frame must be gone.
 local function finish_call(w, notifier, token)
   await_call(w, notifier, token)
   return notifier:_take(token)
