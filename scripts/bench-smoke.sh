@@ -25,6 +25,10 @@ run bench/probes/futures.lua
 run bench/probes/run_throughput.lua
 run bench/probes/tables.lua
 run bench/probes/cqueues_floor.lua
+case $LUA in lua5.1 | lua5.4 | luajit)
+  echo "== bench smoke ($LUA): bench/probes/echo_floor.sh"
+  bench/probes/echo_floor.sh "$LUA" ;;
+esac
 run bench/peers/channels.lua --scale=0.01
 # what bench/callgrind runs under valgrind, here without it: each kind once
 for kind in direct invoke echo10 co_invoke ring run1000 luv cqueues chan_pingpong chan_to_host chan_stream; do

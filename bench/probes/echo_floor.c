@@ -1,0 +1,120 @@
+/* The floor under the 10-field echo (bench/suites/cg.lua --kind=echo10) through Lua's C API:
+ * what the table work alone costs when one call's table crosses to a state and back, with no
+ * pool, no threads, no message and no copy of any string. Per call it walks the host's table
+ * with lua_next (reading each key and value as a codec must), builds the same table in a second
+ * state (lua_createtable presized, lua_pushlstring, lua_rawset), walks that one and builds the
+ * result in the host: the four table passes an echo cannot skip.
+ *
+ * Built and run by bench/probes/echo_floor.sh (callgrind at two call counts, the difference per
+ * call); loaded by the runtime measured, so the C API is that runtime's own code. */
+#include <lua.h>
+#include <lauxlib.h>
+#include <stddef.h>
+
+#define MAXF 16
+
+typedef struct {
+  const char *k;
+  size_t klen;
+  int t;
+  int isint;
+  lua_Integer i;
+  lua_Number n;
+  const char *s;
+  size_t slen;
+} field;
+
+/* Reads the table at the top of L into f; returns the field count (or -1 if it is not a
+ * 10-field-at-most table of string keys and scalar values: the probe's table always is). */
+static int walk(lua_State *L, field *f) {
+  int n = 0;
+  lua_pushnil(L);
+  while (lua_next(L, -2)) {
+    if (n == MAXF || lua_type(L, -2) != LUA_TSTRING) {
+      lua_pop(L, 2);
+      return -1;
+    }
+    f[n].k = lua_tolstring(L, -2, &f[n].klen);
+    f[n].t = lua_type(L, -1);
+    switch (f[n].t) {
+    case LUA_TNUMBER:
+#if LUA_VERSION_NUM >= 503
+      f[n].isint = lua_isinteger(L, -1);
+      if (f[n].isint)
+        f[n].i = lua_tointegerx(L, -1, NULL);
+      else
+#endif
+        f[n].n = lua_tonumber(L, -1);
+      break;
+    case LUA_TSTRING:
+      f[n].s = lua_tolstring(L, -1, &f[n].slen);
+      break;
+    case LUA_TBOOLEAN:
+      f[n].isint = lua_toboolean(L, -1);
+      break;
+    default:
+      lua_pop(L, 2);
+      return -1;
+    }
+    n++;
+    lua_pop(L, 1);
+  }
+  return n;
+}
+
+/* Pushes onto L a new table of the n fields f. The strings f points to stay alive: they belong
+ * to the table walked last, still on its state's stack. */
+static void build(lua_State *L, const field *f, int n) {
+  lua_createtable(L, 0, n);
+  for (int j = 0; j < n; j++) {
+    lua_pushlstring(L, f[j].k, f[j].klen);
+    switch (f[j].t) {
+    case LUA_TNUMBER:
+#if LUA_VERSION_NUM >= 503
+      if (f[j].isint)
+        lua_pushinteger(L, f[j].i);
+      else
+#endif
+        lua_pushnumber(L, f[j].n);
+      break;
+    case LUA_TSTRING:
+      lua_pushlstring(L, f[j].s, f[j].slen);
+      break;
+    default:
+      lua_pushboolean(L, f[j].isint);
+    }
+    lua_rawset(L, -3);
+  }
+}
+
+/* echo(t, calls): the four passes, calls times; returns the last result's field count. */
+static int echo(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TTABLE);
+  lua_Integer calls = luaL_checkinteger(L, 2);
+  lua_State *S = luaL_newstate();
+  field in[MAXF], out[MAXF];
+  int n = 0;
+  if (S == NULL)
+    return luaL_error(L, "echo_floor: no memory for the second state");
+  lua_settop(L, 1);
+  for (lua_Integer c = 0; c < calls; c++) {
+    n = walk(L, in);                 /* the host encodes the argument */
+    if (n < 0)
+      break;
+    build(S, in, n);                 /* the state decodes it */
+    n = walk(S, out);                /* the state encodes its result, the same table */
+    build(L, out, n);                /* the host decodes the result */
+    lua_settop(S, 0);
+    lua_settop(L, 1);
+  }
+  lua_close(S);
+  lua_pushinteger(L, n);
+  return 1;
+}
+
+int luaopen_echo_floor(lua_State *L) {
+  lua_createtable(L, 0, 1);
+  lua_pushcfunction(L, echo);
+  lua_setfield(L, -2, "echo");
+  return 1;
+}
