@@ -54,4 +54,12 @@ print("\nstats of the default pool:")
 local keys = {}
 for k in pairs(s) do keys[#keys + 1] = k end
 table.sort(keys)
-for _, k in ipairs(keys) do print(("  %-10s %d"):format(k, s[k])) end
+for _, k in ipairs(keys) do
+  local v = s[k]
+  if type(v) == "table" then -- `wait` and `run`: latency percentiles in seconds
+    print(("  %-13s %d calls, p50 %.1f us, p99 %.1f us, max %.1f us"):format(k, v.count, v.p50 * 1e6,
+      v.p99 * 1e6, v.max * 1e6))
+  else
+    print(("  %-13s %d"):format(k, v))
+  end
+end
