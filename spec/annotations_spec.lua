@@ -4,12 +4,7 @@
 -- field of the event-loop adapters in theirs (types/vmpool/luv.lua, types/vmpool/cqueues.lua).
 local vmpool = require "vmpool"
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local text = f:read("*a")
-  f:close()
-  return text
-end
+local read = require("spec.support.text").read
 
 local ANNOTATIONS = read("types/vmpool.lua")
 

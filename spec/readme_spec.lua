@@ -2,13 +2,9 @@
 -- runs in a fresh interpreter, and what it prints is what its `--> ...` comments say, in order
 -- (whitespace aside). Blocks that need a module the runtime lacks (luv, cqueues) are pending.
 local Sub = require "spec.support.subprocess"
+local T = require "spec.support.text"
+local read, squeeze = T.read, T.squeeze
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local s = f:read("*a")
-  f:close()
-  return s
-end
 
 -- { line = first line's number, source = text } for every ```lua block
 local function lua_blocks(text)
@@ -27,10 +23,6 @@ local function lua_blocks(text)
     end
   end
   return blocks
-end
-
-local function squeeze(s)
-  return (s:gsub("%s+", " "):gsub("^ ", ""):gsub(" $", ""))
 end
 
 local function has(module)

@@ -2,12 +2,7 @@
 -- bump that forgets one of them, or a build change made in one rockspec only, fails here.
 local vmpool = require "vmpool"
 
-local function read(path)
-  local f = assert(io.open(path, "rb"))
-  local text = f:read("*a")
-  f:close()
-  return text
-end
+local read = require("spec.support.text").read
 
 -- a rockspec is Lua assigning globals: run it in an empty environment and return that
 local function load_rockspec(path)
