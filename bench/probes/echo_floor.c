@@ -3,7 +3,8 @@
  * pool, no threads, no message and no copy of any string. Per call it walks the host's table
  * with lua_next (reading each key and value as a codec must), builds the same table in a second
  * state (lua_createtable presized, lua_pushlstring, lua_rawset), walks that one and builds the
- * result in the host: the four table passes an echo cannot skip.
+ * result in the host: the four table passes an echo cannot skip. echo()'s third argument
+ * "constructor" builds through a Lua function compiled once for the keys instead.
  *
  * Built and run by bench/probes/echo_floor.sh (callgrind at two call counts, the difference per
  * call); loaded by the runtime measured, so the C API is that runtime's own code. */
@@ -24,12 +25,12 @@ typedef struct {
   size_t slen;
 } field;
 
-/* Reads the table at the top of L into f; returns the field count (or -1 if it is not a
+/* Reads the table at stack slot idx of L into f; returns the field count (or -1 if it is not a
  * 10-field-at-most table of string keys and scalar values: the probe's table always is). */
-static int walk(lua_State *L, field *f) {
+static int walk(lua_State *L, int idx, field *f) {
   int n = 0;
   lua_pushnil(L);
-  while (lua_next(L, -2)) {
+  while (lua_next(L, idx)) {
     if (n == MAXF || lua_type(L, -2) != LUA_TSTRING) {
       lua_pop(L, 2);
       return -1;
@@ -87,25 +88,93 @@ static void build(lua_State *L, const field *f, int n) {
   }
 }
 
-/* echo(t, calls): the four passes, calls times; returns the last result's field count. */
+/* Pushes the values of the n fields f, for a constructor. */
+static void push_values(lua_State *L, const field *f, int n) {
+  for (int j = 0; j < n; j++) {
+    switch (f[j].t) {
+    case LUA_TNUMBER:
+#if LUA_VERSION_NUM >= 503
+      if (f[j].isint)
+        lua_pushinteger(L, f[j].i);
+      else
+#endif
+        lua_pushnumber(L, f[j].n);
+      break;
+    case LUA_TSTRING:
+      lua_pushlstring(L, f[j].s, f[j].slen);
+      break;
+    default:
+      lua_pushboolean(L, f[j].isint);
+    }
+  }
+}
+
+/* The other way to build: a Lua function compiled once for the table's keys,
+ * `local v1, ..., vn = ... return { [k1] = v1, ..., [kn] = vn }`, called with the values (its
+ * keys are constants of the function: nothing is interned per call). Leaves it on L's stack at
+ * slot 1 (in the host after the table). The probe's keys are identifiers. */
+static void load_constructor(lua_State *L, const field *f, int n) {
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addstring(&b, "local v1");
+  for (int j = 1; j < n; j++) {
+    lua_pushfstring(L, ", v%d", j + 1);
+    luaL_addvalue(&b);
+  }
+  luaL_addstring(&b, " = ... return {");
+  for (int j = 0; j < n; j++) {
+    lua_pushfstring(L, "%s = v%d, ", f[j].k, j + 1);
+    luaL_addvalue(&b);
+  }
+  luaL_addstring(&b, "}");
+  luaL_pushresult(&b);
+  if (luaL_loadstring(L, lua_tostring(L, -1)) != 0)
+    lua_error(L);
+  lua_remove(L, -2);
+}
+
+/* echo(t, calls [, "constructor"]): the four passes, calls times; returns the last result's
+ * field count. With "constructor" the two builds call a function compiled once for the keys
+ * instead of lua_pushlstring and lua_rawset per field. */
 static int echo(lua_State *L) {
   luaL_checktype(L, 1, LUA_TTABLE);
   lua_Integer calls = luaL_checkinteger(L, 2);
+  int ctor = lua_isstring(L, 3) && lua_tostring(L, 3)[0] == 'c';
   lua_State *S = luaL_newstate();
   field in[MAXF], out[MAXF];
-  int n = 0;
+  int n = 0, top;
   if (S == NULL)
     return luaL_error(L, "echo_floor: no memory for the second state");
   lua_settop(L, 1);
+  if (ctor) {
+    n = walk(L, 1, in);
+    if (n < 0)
+      return luaL_error(L, "echo_floor: a table of string keys and scalar values, please");
+    load_constructor(L, in, n); /* host: slot 2 */
+    load_constructor(S, in, n); /* state: slot 1 */
+  }
+  top = lua_gettop(L);
   for (lua_Integer c = 0; c < calls; c++) {
-    n = walk(L, in);                 /* the host encodes the argument */
+    n = walk(L, 1, in);              /* the host encodes the argument */
     if (n < 0)
       break;
-    build(S, in, n);                 /* the state decodes it */
-    n = walk(S, out);                /* the state encodes its result, the same table */
-    build(L, out, n);                /* the host decodes the result */
-    lua_settop(S, 0);
-    lua_settop(L, 1);
+    if (ctor) {                      /* the state decodes it */
+      lua_pushvalue(S, 1);
+      push_values(S, in, n);
+      lua_call(S, n, 1);
+    } else {
+      build(S, in, n);
+    }
+    n = walk(S, lua_gettop(S), out); /* the state encodes its result, the same table */
+    if (ctor) {                      /* the host decodes the result */
+      lua_pushvalue(L, 2);
+      push_values(L, out, n);
+      lua_call(L, n, 1);
+    } else {
+      build(L, out, n);
+    }
+    lua_settop(S, ctor);
+    lua_settop(L, top);
   }
   lua_close(S);
   lua_pushinteger(L, n);
