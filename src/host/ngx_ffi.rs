@@ -208,7 +208,8 @@ pub unsafe extern "C" fn vmpool_ngx_drain(
 }
 
 /// `notifier:_flush()`: hands the deferred calls to their pools and returns how many (the
-/// flusher of `ngx.lua`, once per turn of the event loop). Never falls back.
+/// flusher of `ngx.lua`, once per turn of the event loop); [`FALLBACK`], having done nothing, if
+/// the notifier is not one this module made or a method holds it.
 ///
 /// # Safety
 /// `notifier` as for [`vmpool_ngx_call`].

@@ -211,7 +211,11 @@ local function flusher(w, ctl)
     local ok = ctl.sem:wait(SENTINEL_DELAY)
     if ok then
       -- through the FFI when it can: a C function would end the flusher's trace
-      w.batched = w.batched + (C_NGX and C_NGX.vmpool_ngx_flush(notifier) or notifier:_flush())
+      local n = C_NGX and C_NGX.vmpool_ngx_flush(notifier) or -1
+      if n < 0 then
+        n = notifier:_flush()
+      end
+      w.batched = w.batched + n
       w.flushes = w.flushes + 1
     end
   end
