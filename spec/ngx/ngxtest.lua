@@ -119,8 +119,8 @@ function T.run()
 end
 
 -- pool:co_invoke's FFI path (src/host/ngx_ffi.rs) and its way back to the C functions: each
--- call's results as a line (their count, then each value), and how many calls and takes went
--- through the FFI
+-- call's results as a line (their count, then each value), how many calls and takes went
+-- through the FFI, and how many calls the flusher handed over (vmpool_ngx_flush's counts)
 function T.ffi()
   local pool = T.pool()
   local function show(...)
@@ -160,6 +160,7 @@ function T.ffi()
   show(pcall(pool.co_invoke, pool, "no such chunk", "f"))
   local after = vmpool.ngx.stats()
   ngx.say("ffi ", after.ffi_calls - before.ffi_calls, " ", after.ffi_takes - before.ffi_takes)
+  ngx.say("batched ", after.batched - before.batched)
 end
 
 function T.echo()

@@ -175,6 +175,9 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     -- the six calls of scalars went through the FFI both ways; fail_at's only there (its error
     -- is raised by the C function), the function's results only back, and the rest not at all
     assert.are.equal("ffi 7 7", lines[13], body)
+    -- every call filed (all but the unknown chunk's) went to the pool through the flusher, which
+    -- counts what vmpool_ngx_flush returns
+    assert.are.equal("batched 11", lines[14], body)
     assert_clean_log(nginx)
   end)
 

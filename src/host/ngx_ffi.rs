@@ -1,10 +1,10 @@
 //! The LuaJIT FFI path of OpenResty's `pool:co_invoke` (`src/lua/ngx.lua`, `host_go`): plain C
 //! functions that file a call of at most [`MAX_VALUES`] scalar arguments, take its results when
-//! they are as few scalars, and hand the light thread its finished tokens.
+//! they are as few scalars, hand the light thread its finished tokens, and flush the outbox.
 //!
-//! Why: a classic Lua C function (`notifier:_call`, `_take`, `drain`) ends a LuaJIT trace and pays
-//! the C API's stack traffic, and `drain` makes a table per wake-up; an FFI call is compiled into
-//! the request's trace (`dict/luajit.rs` does the same for `vmpool.shared`).
+//! Why: a classic Lua C function (`notifier:_call`, `_take`, `drain`, `_flush`) ends a LuaJIT
+//! trace and pays the C API's stack traffic, and `drain` makes a table per wake-up; an FFI call is
+//! compiled into the request's trace (`dict/luajit.rs` does the same for `vmpool.shared`).
 //!
 //! The functions answer only the common case and otherwise return [`FALLBACK`] having changed
 //! nothing: the Lua side then calls the notifier's C function, which gives the answer or raises
@@ -205,6 +205,21 @@ pub unsafe extern "C" fn vmpool_ngx_drain(
     // SAFETY: guaranteed by the caller.
     let out = unsafe { std::slice::from_raw_parts_mut(out, cap) };
     n.waits.drain_into(out) as c_int
+}
+
+/// `notifier:_flush()`: hands the deferred calls to their pools and returns how many (the
+/// flusher of `ngx.lua`, once per turn of the event loop); [`FALLBACK`], having done nothing, if
+/// the notifier is not one this module made or a method holds it.
+///
+/// # Safety
+/// `notifier` as for [`vmpool_ngx_call`].
+#[no_mangle]
+pub unsafe extern "C" fn vmpool_ngx_flush(notifier: *mut c_void) -> c_int {
+    // SAFETY: guaranteed by the caller; `peek_mut` checks the tag and that nothing holds it.
+    let Some(n) = (unsafe { userdata::peek_mut::<NotifierHandle>(notifier) }) else {
+        return FALLBACK;
+    };
+    c_int::try_from(n.waits.flush()).unwrap_or(c_int::MAX)
 }
 
 #[cfg(test)]

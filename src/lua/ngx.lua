@@ -8,10 +8,11 @@
 --     turn's first posts the flusher        the completion queue goes from empty to non-empty
 --   sem:wait()  -- yields                   tokens = notifier:drain(); sem:post() for each waiter
 --   notifier:_take(token) -- the results
---   (_call, _take and drain through LuaJIT's FFI in the common case: host_go, drain_and_dispatch)
 --                                           flusher (an ngx.thread of the light thread), resumed
 --                                           after the turn's events: notifier:_flush() hands the
 --                                           outbox to the pools, waking each worker once
+--   (_call, _take, drain and _flush through LuaJIT's FFI in the common case: host_go,
+--   drain_and_dispatch, flusher)
 --
 -- Phases that cannot yield (set, header/body filter, log, balancer) raise an error; init,
 -- init_worker and exit_worker block (plain invoke). Everything here is per worker process: the
@@ -51,6 +52,7 @@ do
                            const char *fn, size_t flen, int nargs, const vmpool_ngx_value *args);
     int vmpool_ngx_take(void *notifier, double token, vmpool_ngx_value *out);
     int vmpool_ngx_drain(void *notifier, double *out, int cap);
+    int vmpool_ngx_flush(void *notifier);
   ]]) then
     local loaded, lib = pcall(ffi.load, path)
     if loaded then
@@ -208,7 +210,12 @@ local function flusher(w, ctl)
   while not ctl.stop do
     local ok = ctl.sem:wait(SENTINEL_DELAY)
     if ok then
-      w.batched = w.batched + notifier:_flush()
+      -- through the FFI when it can: a C function would end the flusher's trace
+      local n = C_NGX and C_NGX.vmpool_ngx_flush(notifier) or -1
+      if n < 0 then
+        n = notifier:_flush()
+      end
+      w.batched = w.batched + n
       w.flushes = w.flushes + 1
     end
   end
