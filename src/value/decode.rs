@@ -24,7 +24,7 @@ pub fn decode_with<S: Sink>(
     protos: &[Arc<Proto>],
     sink: &mut S,
 ) -> Result<u32, Corrupt> {
-    let mut r = Reader::new(buf, 0);
+    let mut r = Reader::new(buf);
     r.protos = protos;
     let count = r.u32()? & !HAS_FUNCTIONS;
     if count as usize > r.left() {
@@ -98,7 +98,7 @@ fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
             sink.reference(n as u32)
         }
         tag @ (TAG_TABLE | TAG_TABLE_SHARED) => {
-            let offset = (r.pos - 1) as u32;
+            let offset = (r.pos() - 1) as u32;
             if depth >= MAX_DEPTH {
                 return Err(Corrupt("tables nested too deeply"));
             }
@@ -130,7 +130,7 @@ fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
             Ok(())
         }
         tag @ (TAG_FUNC | TAG_FUNC_SHARED) => {
-            let offset = (r.pos - 1) as u32;
+            let offset = (r.pos() - 1) as u32;
             if depth >= MAX_DEPTH {
                 return Err(Corrupt("functions nested too deeply"));
             }
@@ -151,13 +151,13 @@ fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
                 r.shared.push(offset);
             }
             for n in 1..=nups {
-                match r.buf.get(r.pos) {
+                match r.rest.first() {
                     Some(&TAG_ENV) => {
-                        r.pos += 1;
+                        r.rest = &r.rest[1..];
                         sink.env_upvalue(n)?;
                     }
                     Some(&TAG_UPJOIN) => {
-                        r.pos += 1;
+                        r.rest = &r.rest[1..];
                         let other = r.u32()?;
                         let m = r.u8()?;
                         let shared = r
@@ -185,9 +185,11 @@ fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
 
 const ENDS_EARLY: Corrupt = Corrupt("message ends early");
 
+/// A cursor over a message: `rest` is what is left to read, so each read is one length check.
 struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+    /// The whole message's length (offsets count from its start).
+    len: usize,
+    rest: &'a [u8],
     /// Offsets of the shared tables and functions decoded so far, ascending.
     shared: Vec<u32>,
     /// The prototypes the message's functions index.
@@ -195,44 +197,44 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8], pos: usize) -> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Reader<'a> {
         Reader {
-            buf,
-            pos,
+            len: buf.len(),
+            rest: buf,
             shared: Vec::new(),
             protos: &[],
         }
     }
 
+    #[inline(always)]
     fn left(&self) -> usize {
-        self.buf.len().saturating_sub(self.pos)
+        self.rest.len()
+    }
+
+    /// Offset of the next byte from the message start.
+    #[inline(always)]
+    fn pos(&self) -> usize {
+        self.len - self.rest.len()
     }
 
     #[inline(always)]
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
-        if n > self.left() {
-            return Err(ENDS_EARLY);
-        }
-        let s = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
+        let (s, rest) = self.rest.split_at_checked(n).ok_or(ENDS_EARLY)?;
+        self.rest = rest;
         Ok(s)
     }
 
     #[inline(always)]
     fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
-        let a = *self
-            .buf
-            .get(self.pos..)
-            .and_then(|s| s.first_chunk::<N>())
-            .ok_or(ENDS_EARLY)?;
-        self.pos += N;
-        Ok(a)
+        let (a, rest) = self.rest.split_first_chunk::<N>().ok_or(ENDS_EARLY)?;
+        self.rest = rest;
+        Ok(*a)
     }
 
     #[inline(always)]
     fn u8(&mut self) -> Result<u8, Corrupt> {
-        let b = *self.buf.get(self.pos).ok_or(ENDS_EARLY)?;
-        self.pos += 1;
+        let (&b, rest) = self.rest.split_first().ok_or(ENDS_EARLY)?;
+        self.rest = rest;
         Ok(b)
     }
 
