@@ -49,12 +49,10 @@ fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result
 /// field of a plain table costs no call of its own), the rest in [`nested`].
 #[inline(always)]
 fn tagged<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> Result<(), Corrupt> {
+    if tag == TAG_STR {
+        return string(r, sink);
+    }
     match tag {
-        TAG_STR => {
-            let len = r.u32()? as usize;
-            let s = r.bytes(len)?;
-            sink.string(s)
-        }
         TAG_INT => sink.integer(i64::from_le_bytes(r.array()?)),
         TAG_FLOAT => sink.float(f64::from_bits(u64::from_le_bytes(r.array()?))),
         TAG_TRUE => sink.boolean(true),
@@ -64,11 +62,23 @@ fn tagged<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
     }
 }
 
+#[inline(always)]
+fn string<S: Sink>(r: &mut Reader<'_>, sink: &mut S) -> Result<(), Corrupt> {
+    let len = r.u32()? as usize;
+    let s = r.bytes(len)?;
+    sink.string(s)
+}
+
 /// A table key: as [`tagged`], but nil and NaN (which Lua cannot store as keys) are refused before
 /// anything is pushed, so sinks need not inspect what they pushed.
 #[inline(always)]
 fn key<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result<(), Corrupt> {
-    match r.u8()? {
+    let tag = r.u8()?;
+    // most keys of a hash part are strings
+    if tag == TAG_STR {
+        return string(r, sink);
+    }
+    match tag {
         TAG_NIL => Err(BAD_KEY),
         TAG_FLOAT => {
             let f = f64::from_bits(u64::from_le_bytes(r.array()?));

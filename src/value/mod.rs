@@ -419,9 +419,7 @@ impl Writer<'_> {
             self.grow_for_string(s.len())?;
         }
         let l = len.to_le_bytes();
-        self.out
-            .extend_from_slice(&[TAG_STR, l[0], l[1], l[2], l[3]]);
-        self.out.extend_from_slice(s);
+        put_string(self.out, [TAG_STR, l[0], l[1], l[2], l[3]], s);
         Ok(())
     }
 
@@ -606,6 +604,45 @@ impl Writer<'_> {
         }
         self.out[counts_at + 4..counts_at + 8].copy_from_slice(&nhash.to_le_bytes());
         Ok(())
+    }
+}
+
+/// Appends `head` and `s` to `out`, which has room for them: one capacity check for a string's
+/// tag, length and bytes, and short strings (keys, mostly) copied inline rather than by `memcpy`.
+#[inline(always)]
+fn put_string(out: &mut Vec<u8>, head: [u8; 5], s: &[u8]) {
+    let n = s.len();
+    assert!(out.capacity() - out.len() >= 5 + n);
+    let at = out.len();
+    // SAFETY: the assertion above: the 5 + n bytes past the length are allocated; every read of
+    // `s` is within its n bytes (the ranges overlap for lengths between the chunk sizes), and
+    // each byte written below is set before the length covers it.
+    unsafe {
+        let dst = out.as_mut_ptr().add(at);
+        dst.cast::<[u8; 5]>().write_unaligned(head);
+        let (src, dst) = (s.as_ptr(), dst.add(5));
+        match n {
+            0 => {}
+            1..=3 => {
+                *dst = *src;
+                *dst.add(n / 2) = *src.add(n / 2);
+                *dst.add(n - 1) = *src.add(n - 1);
+            }
+            4..=7 => {
+                let (a, b) = (src.cast::<u32>(), src.add(n - 4).cast::<u32>());
+                let (x, y) = (a.read_unaligned(), b.read_unaligned());
+                dst.cast::<u32>().write_unaligned(x);
+                dst.add(n - 4).cast::<u32>().write_unaligned(y);
+            }
+            8..=16 => {
+                let (a, b) = (src.cast::<u64>(), src.add(n - 8).cast::<u64>());
+                let (x, y) = (a.read_unaligned(), b.read_unaligned());
+                dst.cast::<u64>().write_unaligned(x);
+                dst.add(n - 8).cast::<u64>().write_unaligned(y);
+            }
+            _ => std::ptr::copy_nonoverlapping(src, dst, n),
+        }
+        out.set_len(at + 5 + n);
     }
 }
 
