@@ -41,54 +41,75 @@ pub fn decode_with<S: Sink>(
 }
 
 fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result<(), Corrupt> {
-    let tag = r.u8()?;
-    tagged(r, sink, depth, tag)
+    let mut c = r.rest;
+    let tag = c.u8()?;
+    tagged(&mut c, r, sink, depth, tag)?;
+    r.rest = c;
+    Ok(())
 }
 
-/// Decodes the value whose tag was just read: scalars here (inlined into the table loop, so a
-/// field of a plain table costs no call of its own), the rest in [`nested`].
+/// Decodes the value whose tag was just read from `c`: scalars here (inlined into the table loop,
+/// so a field of a plain table costs no call of its own), the rest in [`nested`]. `c` is the
+/// caller's local copy of `r.rest` (a local stays in registers across the Lua calls, which may
+/// unwind, where a field of `r` would be stored back before each); [`nested`] gets it through `r`.
 #[inline(always)]
-fn tagged<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> Result<(), Corrupt> {
+fn tagged<'a, S: Sink>(
+    c: &mut &'a [u8],
+    r: &mut Reader<'a>,
+    sink: &mut S,
+    depth: usize,
+    tag: u8,
+) -> Result<(), Corrupt> {
     if tag == TAG_STR {
-        return string(r, sink);
+        return string(c, sink);
     }
     match tag {
-        TAG_INT => sink.integer(i64::from_le_bytes(r.array()?)),
-        TAG_FLOAT => sink.float(f64::from_bits(u64::from_le_bytes(r.array()?))),
+        TAG_INT => sink.integer(i64::from_le_bytes(c.array()?)),
+        TAG_FLOAT => sink.float(f64::from_bits(u64::from_le_bytes(c.array()?))),
         TAG_TRUE => sink.boolean(true),
         TAG_FALSE => sink.boolean(false),
         TAG_NIL => sink.nil(),
-        _ => nested(r, sink, depth, tag),
+        _ => {
+            r.rest = *c;
+            nested(r, sink, depth, tag)?;
+            *c = r.rest;
+            Ok(())
+        }
     }
 }
 
 #[inline(always)]
-fn string<S: Sink>(r: &mut Reader<'_>, sink: &mut S) -> Result<(), Corrupt> {
-    let len = r.u32()? as usize;
-    let s = r.bytes(len)?;
+fn string<S: Sink>(c: &mut &[u8], sink: &mut S) -> Result<(), Corrupt> {
+    let len = c.u32()? as usize;
+    let s = c.bytes(len)?;
     sink.string(s)
 }
 
 /// A table key: as [`tagged`], but nil and NaN (which Lua cannot store as keys) are refused before
 /// anything is pushed, so sinks need not inspect what they pushed.
 #[inline(always)]
-fn key<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result<(), Corrupt> {
-    let tag = r.u8()?;
+fn key<'a, S: Sink>(
+    c: &mut &'a [u8],
+    r: &mut Reader<'a>,
+    sink: &mut S,
+    depth: usize,
+) -> Result<(), Corrupt> {
+    let tag = c.u8()?;
     // most keys of a hash part are strings
     if tag == TAG_STR {
-        return string(r, sink);
+        return string(c, sink);
     }
     match tag {
         TAG_NIL => Err(BAD_KEY),
         TAG_FLOAT => {
-            let f = f64::from_bits(u64::from_le_bytes(r.array()?));
+            let f = f64::from_bits(u64::from_le_bytes(c.array()?));
             if f.is_nan() {
                 Err(BAD_KEY)
             } else {
                 sink.float(f)
             }
         }
-        tag => tagged(r, sink, depth, tag),
+        tag => tagged(c, r, sink, depth, tag),
     }
 }
 
@@ -126,17 +147,19 @@ fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
                 sink.share(r.shared.len() as u32)?;
                 r.shared.push(offset);
             }
+            let mut c = r.rest;
             for i in 1..=narr {
-                let tag = r.u8()?;
-                tagged(r, sink, depth + 1, tag)?;
+                let tag = c.u8()?;
+                tagged(&mut c, r, sink, depth + 1, tag)?;
                 sink.set_index(i)?;
             }
             for _ in 0..nhash {
-                key(r, sink, depth + 1)?;
-                let tag = r.u8()?;
-                tagged(r, sink, depth + 1, tag)?;
+                key(&mut c, r, sink, depth + 1)?;
+                let tag = c.u8()?;
+                tagged(&mut c, r, sink, depth + 1, tag)?;
                 sink.set_pair()?;
             }
+            r.rest = c;
             Ok(())
         }
         tag @ (TAG_FUNC | TAG_FUNC_SHARED) => {
@@ -229,22 +252,52 @@ impl<'a> Reader<'a> {
 
     #[inline(always)]
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
-        let (s, rest) = self.rest.split_at_checked(n).ok_or(ENDS_EARLY)?;
-        self.rest = rest;
+        self.rest.bytes(n)
+    }
+
+    #[inline(always)]
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
+        self.rest.array()
+    }
+
+    #[inline(always)]
+    fn u8(&mut self) -> Result<u8, Corrupt> {
+        self.rest.u8()
+    }
+
+    #[inline(always)]
+    fn u32(&mut self) -> Result<u32, Corrupt> {
+        self.rest.u32()
+    }
+}
+
+/// Reads from the front of a slice, which then starts after what was read: one length check each.
+trait Cursor<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt>;
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt>;
+    fn u8(&mut self) -> Result<u8, Corrupt>;
+    fn u32(&mut self) -> Result<u32, Corrupt>;
+}
+
+impl<'a> Cursor<'a> for &'a [u8] {
+    #[inline(always)]
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
+        let (s, rest) = self.split_at_checked(n).ok_or(ENDS_EARLY)?;
+        *self = rest;
         Ok(s)
     }
 
     #[inline(always)]
     fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
-        let (a, rest) = self.rest.split_first_chunk::<N>().ok_or(ENDS_EARLY)?;
-        self.rest = rest;
+        let (a, rest) = self.split_first_chunk::<N>().ok_or(ENDS_EARLY)?;
+        *self = rest;
         Ok(*a)
     }
 
     #[inline(always)]
     fn u8(&mut self) -> Result<u8, Corrupt> {
-        let (&b, rest) = self.rest.split_first().ok_or(ENDS_EARLY)?;
-        self.rest = rest;
+        let (&b, rest) = self.split_first().ok_or(ENDS_EARLY)?;
+        *self = rest;
         Ok(b)
     }
 
