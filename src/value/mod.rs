@@ -454,7 +454,7 @@ impl Writer<'_> {
     /// Encodes the table at `idx`; on error the stack is back as it was.
     fn table(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
         let top = st.top();
-        let r = self.table_contents(st, idx, depth);
+        let r = self.table_contents(st, idx, depth, top);
         if r.is_err() {
             st.set_top(top);
         }
@@ -551,7 +551,14 @@ impl Writer<'_> {
         Ok(())
     }
 
-    fn table_contents(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
+    /// `top` is the stack's top, as [`Writer::table`] found it.
+    fn table_contents(
+        &mut self,
+        st: State,
+        idx: c_int,
+        depth: usize,
+        top: c_int,
+    ) -> Result<(), Refused> {
         if depth >= MAX_DEPTH {
             return Err(refuse(&format!(
                 "tables nested deeper than {MAX_DEPTH} levels"
@@ -570,10 +577,11 @@ impl Writer<'_> {
         }
         let n = st.raw_len(idx);
         let narr = u32::try_from(n).map_err(|_| refuse("a table with more than 2^32 elements"))?;
-        self.out.push(TAG_TABLE);
-        let counts_at = self.out.len();
-        self.out.extend_from_slice(&narr.to_le_bytes());
-        self.out.extend_from_slice(&0u32.to_le_bytes());
+        // the tag and the counts, the hash count patched at the end
+        let counts_at = self.out.len() + 1;
+        let a = narr.to_le_bytes();
+        self.out
+            .extend_from_slice(&[TAG_TABLE, a[0], a[1], a[2], a[3], 0, 0, 0, 0]);
 
         for i in 1..=n as i64 {
             let ty = st.raw_geti(idx, i);
@@ -585,7 +593,7 @@ impl Writer<'_> {
         let mut nhash: u32 = 0;
         // the key sits in this slot during the traversal, its value above it; nested encoding only
         // pushes above them (and the labels for errors are only built on error)
-        let key = st.top() + 1;
+        let key = top + 1;
         st.push_nil();
         while st.next(idx) {
             let kt = st.type_of(key);
