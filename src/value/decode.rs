@@ -31,10 +31,12 @@ pub fn decode_with<S: Sink>(
         return Err(Corrupt("value count larger than the message"));
     }
     sink.reserve(count)?;
+    let mut c = r.rest;
     for _ in 0..count {
-        decode_one(&mut r, sink, 0)?;
+        let tag = c.u8()?;
+        tagged(&mut c, &mut r, sink, 0, tag)?;
     }
-    if r.left() != 0 {
+    if !c.is_empty() {
         return Err(Corrupt("trailing bytes after the last value"));
     }
     Ok(count)
