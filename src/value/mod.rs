@@ -268,9 +268,14 @@ impl Encoder {
         let start = w.start;
         for idx in first..first + count {
             let ty = st.type_of(idx);
-            if !matches!(ty, TNIL | TBOOLEAN | TNUMBER | TSTRING)
-                || w.typed(st, idx, ty, 0).is_err()
-            {
+            // a string out of line: its inline copy (for table fields) would cost the numbers'
+            // loop registers
+            let written = match ty {
+                TNIL | TBOOLEAN | TNUMBER => w.typed(st, idx, ty, 0).is_ok(),
+                TSTRING => w.string_at(st, idx).is_ok(),
+                _ => false,
+            };
+            if !written {
                 out.truncate(start);
                 return false;
             }
@@ -421,6 +426,11 @@ impl Writer<'_> {
         let l = len.to_le_bytes();
         put_string(self.out, [TAG_STR, l[0], l[1], l[2], l[3]], s);
         Ok(())
+    }
+
+    #[inline(never)]
+    fn string_at(&mut self, st: State, idx: c_int) -> Result<(), Refused> {
+        self.string(st.string_bytes(idx))
     }
 
     /// Fallible: a big string must be an error, not an abort, when memory runs out.
