@@ -256,6 +256,33 @@ fn random_values_survive_the_lua_stack_unchanged() {
 }
 
 #[test]
+fn strings_of_every_short_length_are_copied_byte_for_byte_as_keys_and_values() {
+    // the encoder copies short strings in overlapping chunks: each byte differs from its
+    // neighbours (and one is NUL), so a byte taken from the wrong place shows
+    let h = host();
+    for len in (0..=40).chain([63, 64, 65, 1000]) {
+        let s: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+        let key = Value::Str([b"k".as_slice(), &s].concat());
+        let values = vec![
+            Value::Str(s.clone()),
+            Value::Table(
+                vec![Value::Str(s.clone())],
+                vec![(key, Value::Str(s.clone()))],
+            ),
+        ];
+        let mut buf = Vec::new();
+        encode_rust(&values, &mut buf);
+        let top = h.st.top();
+        let n = push_values(h.st, &buf).expect("decodes");
+        let mut out = Vec::new();
+        encode_values(h.st, top + 1, n, &mut out, Role::Result(b"f")).expect("encodes");
+        h.st.set_top(top);
+        assert_eq!(decode(&out), values, "length {len}");
+        assert_eq!(out, buf, "length {len}: the Lua encoder wrote other bytes");
+    }
+}
+
+#[test]
 fn random_values_survive_host_to_child_to_host() {
     let p = pool(config(2), &[("v", "function echo(...) return ... end")]);
     let mut r = Rng(0x5EED_0002);

@@ -24,61 +24,94 @@ pub fn decode_with<S: Sink>(
     protos: &[Arc<Proto>],
     sink: &mut S,
 ) -> Result<u32, Corrupt> {
-    let mut r = Reader::new(buf, 0);
+    let mut r = Reader::new(buf);
     r.protos = protos;
     let count = r.u32()? & !HAS_FUNCTIONS;
     if count as usize > r.left() {
         return Err(Corrupt("value count larger than the message"));
     }
     sink.reserve(count)?;
+    let mut c = r.rest;
     for _ in 0..count {
-        decode_one(&mut r, sink, 0)?;
+        let tag = c.u8()?;
+        tagged(&mut c, &mut r, sink, 0, tag)?;
     }
-    if r.left() != 0 {
+    if !c.is_empty() {
         return Err(Corrupt("trailing bytes after the last value"));
     }
     Ok(count)
 }
 
 fn decode_one<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result<(), Corrupt> {
-    let tag = r.u8()?;
-    tagged(r, sink, depth, tag)
+    let mut c = r.rest;
+    let tag = c.u8()?;
+    tagged(&mut c, r, sink, depth, tag)?;
+    r.rest = c;
+    Ok(())
 }
 
-/// Decodes the value whose tag was just read: scalars here (inlined into the table loop, so a
-/// field of a plain table costs no call of its own), the rest in [`nested`].
+/// Decodes the value whose tag was just read from `c`: scalars here (inlined into the table loop,
+/// so a field of a plain table costs no call of its own), the rest in [`nested`]. `c` is the
+/// caller's local copy of `r.rest` (a local stays in registers across the Lua calls, which may
+/// unwind, where a field of `r` would be stored back before each); [`nested`] gets it through `r`.
 #[inline(always)]
-fn tagged<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> Result<(), Corrupt> {
+fn tagged<'a, S: Sink>(
+    c: &mut &'a [u8],
+    r: &mut Reader<'a>,
+    sink: &mut S,
+    depth: usize,
+    tag: u8,
+) -> Result<(), Corrupt> {
+    if tag == TAG_STR {
+        return string(c, sink);
+    }
     match tag {
-        TAG_STR => {
-            let len = r.u32()? as usize;
-            let s = r.bytes(len)?;
-            sink.string(s)
-        }
-        TAG_INT => sink.integer(i64::from_le_bytes(r.array()?)),
-        TAG_FLOAT => sink.float(f64::from_bits(u64::from_le_bytes(r.array()?))),
+        TAG_INT => sink.integer(i64::from_le_bytes(c.array()?)),
+        TAG_FLOAT => sink.float(f64::from_bits(u64::from_le_bytes(c.array()?))),
         TAG_TRUE => sink.boolean(true),
         TAG_FALSE => sink.boolean(false),
         TAG_NIL => sink.nil(),
-        _ => nested(r, sink, depth, tag),
+        _ => {
+            r.rest = *c;
+            nested(r, sink, depth, tag)?;
+            *c = r.rest;
+            Ok(())
+        }
     }
+}
+
+#[inline(always)]
+fn string<S: Sink>(c: &mut &[u8], sink: &mut S) -> Result<(), Corrupt> {
+    let len = c.u32()? as usize;
+    let s = c.bytes(len)?;
+    sink.string(s)
 }
 
 /// A table key: as [`tagged`], but nil and NaN (which Lua cannot store as keys) are refused before
 /// anything is pushed, so sinks need not inspect what they pushed.
 #[inline(always)]
-fn key<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize) -> Result<(), Corrupt> {
-    match r.u8()? {
+fn key<'a, S: Sink>(
+    c: &mut &'a [u8],
+    r: &mut Reader<'a>,
+    sink: &mut S,
+    depth: usize,
+) -> Result<(), Corrupt> {
+    let tag = c.u8()?;
+    // most keys of a hash part are strings
+    if tag == TAG_STR {
+        return string(c, sink);
+    }
+    match tag {
         TAG_NIL => Err(BAD_KEY),
         TAG_FLOAT => {
-            let f = f64::from_bits(u64::from_le_bytes(r.array()?));
+            let f = f64::from_bits(u64::from_le_bytes(c.array()?));
             if f.is_nan() {
                 Err(BAD_KEY)
             } else {
                 sink.float(f)
             }
         }
-        tag => tagged(r, sink, depth, tag),
+        tag => tagged(c, r, sink, depth, tag),
     }
 }
 
@@ -98,7 +131,7 @@ fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
             sink.reference(n as u32)
         }
         tag @ (TAG_TABLE | TAG_TABLE_SHARED) => {
-            let offset = (r.pos - 1) as u32;
+            let offset = (r.pos() - 1) as u32;
             if depth >= MAX_DEPTH {
                 return Err(Corrupt("tables nested too deeply"));
             }
@@ -116,21 +149,23 @@ fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
                 sink.share(r.shared.len() as u32)?;
                 r.shared.push(offset);
             }
+            let mut c = r.rest;
             for i in 1..=narr {
-                let tag = r.u8()?;
-                tagged(r, sink, depth + 1, tag)?;
+                let tag = c.u8()?;
+                tagged(&mut c, r, sink, depth + 1, tag)?;
                 sink.set_index(i)?;
             }
             for _ in 0..nhash {
-                key(r, sink, depth + 1)?;
-                let tag = r.u8()?;
-                tagged(r, sink, depth + 1, tag)?;
+                key(&mut c, r, sink, depth + 1)?;
+                let tag = c.u8()?;
+                tagged(&mut c, r, sink, depth + 1, tag)?;
                 sink.set_pair()?;
             }
+            r.rest = c;
             Ok(())
         }
         tag @ (TAG_FUNC | TAG_FUNC_SHARED) => {
-            let offset = (r.pos - 1) as u32;
+            let offset = (r.pos() - 1) as u32;
             if depth >= MAX_DEPTH {
                 return Err(Corrupt("functions nested too deeply"));
             }
@@ -151,13 +186,13 @@ fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
                 r.shared.push(offset);
             }
             for n in 1..=nups {
-                match r.buf.get(r.pos) {
+                match r.rest.first() {
                     Some(&TAG_ENV) => {
-                        r.pos += 1;
+                        r.rest = &r.rest[1..];
                         sink.env_upvalue(n)?;
                     }
                     Some(&TAG_UPJOIN) => {
-                        r.pos += 1;
+                        r.rest = &r.rest[1..];
                         let other = r.u32()?;
                         let m = r.u8()?;
                         let shared = r
@@ -185,9 +220,11 @@ fn nested<S: Sink>(r: &mut Reader<'_>, sink: &mut S, depth: usize, tag: u8) -> R
 
 const ENDS_EARLY: Corrupt = Corrupt("message ends early");
 
+/// A cursor over a message: `rest` is what is left to read, so each read is one length check.
 struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
+    /// The whole message's length (offsets count from its start).
+    len: usize,
+    rest: &'a [u8],
     /// Offsets of the shared tables and functions decoded so far, ascending.
     shared: Vec<u32>,
     /// The prototypes the message's functions index.
@@ -195,44 +232,74 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8], pos: usize) -> Reader<'a> {
+    fn new(buf: &'a [u8]) -> Reader<'a> {
         Reader {
-            buf,
-            pos,
+            len: buf.len(),
+            rest: buf,
             shared: Vec::new(),
             protos: &[],
         }
     }
 
+    #[inline(always)]
     fn left(&self) -> usize {
-        self.buf.len().saturating_sub(self.pos)
+        self.rest.len()
+    }
+
+    /// Offset of the next byte from the message start.
+    #[inline(always)]
+    fn pos(&self) -> usize {
+        self.len - self.rest.len()
     }
 
     #[inline(always)]
     fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
-        if n > self.left() {
-            return Err(ENDS_EARLY);
-        }
-        let s = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
+        self.rest.bytes(n)
+    }
+
+    #[inline(always)]
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
+        self.rest.array()
+    }
+
+    #[inline(always)]
+    fn u8(&mut self) -> Result<u8, Corrupt> {
+        self.rest.u8()
+    }
+
+    #[inline(always)]
+    fn u32(&mut self) -> Result<u32, Corrupt> {
+        self.rest.u32()
+    }
+}
+
+/// Reads from the front of a slice, which then starts after what was read: one length check each.
+trait Cursor<'a> {
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt>;
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt>;
+    fn u8(&mut self) -> Result<u8, Corrupt>;
+    fn u32(&mut self) -> Result<u32, Corrupt>;
+}
+
+impl<'a> Cursor<'a> for &'a [u8] {
+    #[inline(always)]
+    fn bytes(&mut self, n: usize) -> Result<&'a [u8], Corrupt> {
+        let (s, rest) = self.split_at_checked(n).ok_or(ENDS_EARLY)?;
+        *self = rest;
         Ok(s)
     }
 
     #[inline(always)]
     fn array<const N: usize>(&mut self) -> Result<[u8; N], Corrupt> {
-        let a = *self
-            .buf
-            .get(self.pos..)
-            .and_then(|s| s.first_chunk::<N>())
-            .ok_or(ENDS_EARLY)?;
-        self.pos += N;
-        Ok(a)
+        let (a, rest) = self.split_first_chunk::<N>().ok_or(ENDS_EARLY)?;
+        *self = rest;
+        Ok(*a)
     }
 
     #[inline(always)]
     fn u8(&mut self) -> Result<u8, Corrupt> {
-        let b = *self.buf.get(self.pos).ok_or(ENDS_EARLY)?;
-        self.pos += 1;
+        let (&b, rest) = self.split_first().ok_or(ENDS_EARLY)?;
+        *self = rest;
         Ok(b)
     }
 

@@ -268,9 +268,14 @@ impl Encoder {
         let start = w.start;
         for idx in first..first + count {
             let ty = st.type_of(idx);
-            if !matches!(ty, TNIL | TBOOLEAN | TNUMBER | TSTRING)
-                || w.typed(st, idx, ty, 0).is_err()
-            {
+            // a string out of line: its inline copy (for table fields) would cost the numbers'
+            // loop registers
+            let written = match ty {
+                TNIL | TBOOLEAN | TNUMBER => w.typed(st, idx, ty, 0).is_ok(),
+                TSTRING => w.string_at(st, idx).is_ok(),
+                _ => false,
+            };
+            if !written {
                 out.truncate(start);
                 return false;
             }
@@ -419,10 +424,13 @@ impl Writer<'_> {
             self.grow_for_string(s.len())?;
         }
         let l = len.to_le_bytes();
-        self.out
-            .extend_from_slice(&[TAG_STR, l[0], l[1], l[2], l[3]]);
-        self.out.extend_from_slice(s);
+        put_string(self.out, [TAG_STR, l[0], l[1], l[2], l[3]], s);
         Ok(())
+    }
+
+    #[inline(never)]
+    fn string_at(&mut self, st: State, idx: c_int) -> Result<(), Refused> {
+        self.string(st.string_bytes(idx))
     }
 
     /// Fallible: a big string must be an error, not an abort, when memory runs out.
@@ -456,7 +464,7 @@ impl Writer<'_> {
     /// Encodes the table at `idx`; on error the stack is back as it was.
     fn table(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
         let top = st.top();
-        let r = self.table_contents(st, idx, depth);
+        let r = self.table_contents(st, idx, depth, top);
         if r.is_err() {
             st.set_top(top);
         }
@@ -553,7 +561,14 @@ impl Writer<'_> {
         Ok(())
     }
 
-    fn table_contents(&mut self, st: State, idx: c_int, depth: usize) -> Result<(), Refused> {
+    /// `top` is the stack's top, as [`Writer::table`] found it.
+    fn table_contents(
+        &mut self,
+        st: State,
+        idx: c_int,
+        depth: usize,
+        top: c_int,
+    ) -> Result<(), Refused> {
         if depth >= MAX_DEPTH {
             return Err(refuse(&format!(
                 "tables nested deeper than {MAX_DEPTH} levels"
@@ -572,10 +587,11 @@ impl Writer<'_> {
         }
         let n = st.raw_len(idx);
         let narr = u32::try_from(n).map_err(|_| refuse("a table with more than 2^32 elements"))?;
-        self.out.push(TAG_TABLE);
-        let counts_at = self.out.len();
-        self.out.extend_from_slice(&narr.to_le_bytes());
-        self.out.extend_from_slice(&0u32.to_le_bytes());
+        // the tag and the counts, the hash count patched at the end
+        let counts_at = self.out.len() + 1;
+        let a = narr.to_le_bytes();
+        self.out
+            .extend_from_slice(&[TAG_TABLE, a[0], a[1], a[2], a[3], 0, 0, 0, 0]);
 
         for i in 1..=n as i64 {
             let ty = st.raw_geti(idx, i);
@@ -587,7 +603,7 @@ impl Writer<'_> {
         let mut nhash: u32 = 0;
         // the key sits in this slot during the traversal, its value above it; nested encoding only
         // pushes above them (and the labels for errors are only built on error)
-        let key = st.top() + 1;
+        let key = top + 1;
         st.push_nil();
         while st.next(idx) {
             let kt = st.type_of(key);
@@ -606,6 +622,45 @@ impl Writer<'_> {
         }
         self.out[counts_at + 4..counts_at + 8].copy_from_slice(&nhash.to_le_bytes());
         Ok(())
+    }
+}
+
+/// Appends `head` and `s` to `out`, which has room for them: one capacity check for a string's
+/// tag, length and bytes, and short strings (keys, mostly) copied inline rather than by `memcpy`.
+#[inline(always)]
+fn put_string(out: &mut Vec<u8>, head: [u8; 5], s: &[u8]) {
+    let n = s.len();
+    assert!(out.capacity() - out.len() >= 5 + n);
+    let at = out.len();
+    // SAFETY: the assertion above: the 5 + n bytes past the length are allocated; every read of
+    // `s` is within its n bytes (the ranges overlap for lengths between the chunk sizes), and
+    // each byte written below is set before the length covers it.
+    unsafe {
+        let dst = out.as_mut_ptr().add(at);
+        dst.cast::<[u8; 5]>().write_unaligned(head);
+        let (src, dst) = (s.as_ptr(), dst.add(5));
+        match n {
+            0 => {}
+            1..=3 => {
+                *dst = *src;
+                *dst.add(n / 2) = *src.add(n / 2);
+                *dst.add(n - 1) = *src.add(n - 1);
+            }
+            4..=7 => {
+                let (a, b) = (src.cast::<u32>(), src.add(n - 4).cast::<u32>());
+                let (x, y) = (a.read_unaligned(), b.read_unaligned());
+                dst.cast::<u32>().write_unaligned(x);
+                dst.add(n - 4).cast::<u32>().write_unaligned(y);
+            }
+            8..=16 => {
+                let (a, b) = (src.cast::<u64>(), src.add(n - 8).cast::<u64>());
+                let (x, y) = (a.read_unaligned(), b.read_unaligned());
+                dst.cast::<u64>().write_unaligned(x);
+                dst.add(n - 8).cast::<u64>().write_unaligned(y);
+            }
+            _ => std::ptr::copy_nonoverlapping(src, dst, n),
+        }
+        out.set_len(at + 5 + n);
     }
 }
 
