@@ -63,50 +63,40 @@ static int walk(lua_State *L, int idx, field *f) {
   return n;
 }
 
+/* Pushes the value of field f. */
+static void push_value(lua_State *L, const field *f) {
+  switch (f->t) {
+  case LUA_TNUMBER:
+#if LUA_VERSION_NUM >= 503
+    if (f->isint)
+      lua_pushinteger(L, f->i);
+    else
+#endif
+      lua_pushnumber(L, f->n);
+    break;
+  case LUA_TSTRING:
+    lua_pushlstring(L, f->s, f->slen);
+    break;
+  default:
+    lua_pushboolean(L, f->isint);
+  }
+}
+
 /* Pushes onto L a new table of the n fields f. The strings f points to stay alive: they belong
  * to the table walked last, still on its state's stack. */
 static void build(lua_State *L, const field *f, int n) {
   lua_createtable(L, 0, n);
   for (int j = 0; j < n; j++) {
     lua_pushlstring(L, f[j].k, f[j].klen);
-    switch (f[j].t) {
-    case LUA_TNUMBER:
-#if LUA_VERSION_NUM >= 503
-      if (f[j].isint)
-        lua_pushinteger(L, f[j].i);
-      else
-#endif
-        lua_pushnumber(L, f[j].n);
-      break;
-    case LUA_TSTRING:
-      lua_pushlstring(L, f[j].s, f[j].slen);
-      break;
-    default:
-      lua_pushboolean(L, f[j].isint);
-    }
+    push_value(L, &f[j]);
     lua_rawset(L, -3);
   }
 }
 
 /* Pushes the values of the n fields f, for a constructor. */
 static void push_values(lua_State *L, const field *f, int n) {
-  for (int j = 0; j < n; j++) {
-    switch (f[j].t) {
-    case LUA_TNUMBER:
-#if LUA_VERSION_NUM >= 503
-      if (f[j].isint)
-        lua_pushinteger(L, f[j].i);
-      else
-#endif
-        lua_pushnumber(L, f[j].n);
-      break;
-    case LUA_TSTRING:
-      lua_pushlstring(L, f[j].s, f[j].slen);
-      break;
-    default:
-      lua_pushboolean(L, f[j].isint);
-    }
-  }
+  for (int j = 0; j < n; j++)
+    push_value(L, &f[j]);
 }
 
 /* The other way to build: a Lua function compiled once for the table's keys,
