@@ -1,10 +1,8 @@
 //! Lua values as plain Rust data, for the tests, the fuzz targets and the benchmarks: building
 //! messages and reading them back without a Lua state.
 
-use super::{
-    Corrupt, Sink, TAG_CFUNC, TAG_FALSE, TAG_FLOAT, TAG_INT, TAG_LIGHT, TAG_NIL, TAG_REF, TAG_STR,
-    TAG_TABLE, TAG_TABLE_SHARED, TAG_TRUE,
-};
+use super::scalar::{put_scalar, Scalar};
+use super::{Corrupt, Sink, TAG_CFUNC, TAG_LIGHT, TAG_REF, TAG_TABLE, TAG_TABLE_SHARED};
 
 /// A Lua value as plain Rust data: what tests, the fuzz target and the benchmarks use to build and
 /// check messages without a Lua state.
@@ -80,22 +78,11 @@ fn encode_rust_one(v: &Value, out: &mut Vec<u8>, start: usize, shared: &mut Vec<
             out.push(name.len() as u8);
             out.extend_from_slice(name);
         }
-        Value::Nil => out.push(TAG_NIL),
-        Value::Bool(false) => out.push(TAG_FALSE),
-        Value::Bool(true) => out.push(TAG_TRUE),
-        Value::Int(i) => {
-            out.push(TAG_INT);
-            out.extend_from_slice(&i.to_le_bytes());
-        }
-        Value::Float(f) => {
-            out.push(TAG_FLOAT);
-            out.extend_from_slice(&f.to_bits().to_le_bytes());
-        }
-        Value::Str(s) => {
-            out.push(TAG_STR);
-            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-            out.extend_from_slice(s);
-        }
+        Value::Nil => put_scalar(out, Scalar::Nil),
+        Value::Bool(b) => put_scalar(out, Scalar::Bool(*b)),
+        Value::Int(i) => put_scalar(out, Scalar::Int(*i)),
+        Value::Float(f) => put_scalar(out, Scalar::Float(*f)),
+        Value::Str(s) => put_scalar(out, Scalar::Str(s)),
         Value::Light(p) => {
             out.push(TAG_LIGHT);
             out.extend_from_slice(&p.to_le_bytes());
@@ -215,7 +202,7 @@ impl Sink for RustSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::value::decode_values;
+    use crate::value::{decode_values, TAG_NIL, TAG_TRUE};
 
     fn roundtrip(values: Vec<Value>) {
         let mut buf = Vec::new();

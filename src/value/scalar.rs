@@ -18,42 +18,46 @@ pub enum Scalar<'a> {
 /// than a message can carry (4 GiB) or memory for it cannot be had (the caller then takes the
 /// path that raises the error).
 pub fn write_scalars(values: &[Scalar<'_>], out: &mut Vec<u8>) -> bool {
-    let start = out.len();
-    let strings: usize = values
-        .iter()
-        .map(|v| match v {
-            Scalar::Str(s) => s.len(),
-            _ => 0,
-        })
-        .sum();
+    let mut strings = 0usize;
+    for v in values {
+        if let Scalar::Str(s) = v {
+            if u32::try_from(s.len()).is_err() {
+                return false;
+            }
+            strings += s.len();
+        }
+    }
     if out.try_reserve(4 + 9 * values.len() + strings).is_err() {
         return false;
     }
     out.extend_from_slice(&(values.len() as u32).to_le_bytes());
-    for v in values {
-        match *v {
-            Scalar::Nil => out.push(TAG_NIL),
-            Scalar::Bool(b) => out.push(if b { TAG_TRUE } else { TAG_FALSE }),
-            Scalar::Int(i) => {
-                out.push(TAG_INT);
-                out.extend_from_slice(&i.to_le_bytes());
-            }
-            Scalar::Float(f) => {
-                out.push(TAG_FLOAT);
-                out.extend_from_slice(&f.to_bits().to_le_bytes());
-            }
-            Scalar::Str(s) => {
-                let Ok(len) = u32::try_from(s.len()) else {
-                    out.truncate(start);
-                    return false;
-                };
-                out.push(TAG_STR);
-                out.extend_from_slice(&len.to_le_bytes());
-                out.extend_from_slice(s);
-            }
-        }
+    for &v in values {
+        put_scalar(out, v);
     }
     true
+}
+
+/// Appends one scalar in the message's format (the Rust encoder of `rust.rs` writes its scalars
+/// here too). A string's length must fit in 32 bits (the callers check it or never exceed it).
+#[inline]
+pub(super) fn put_scalar(out: &mut Vec<u8>, v: Scalar<'_>) {
+    match v {
+        Scalar::Nil => out.push(TAG_NIL),
+        Scalar::Bool(b) => out.push(if b { TAG_TRUE } else { TAG_FALSE }),
+        Scalar::Int(i) => {
+            out.push(TAG_INT);
+            out.extend_from_slice(&i.to_le_bytes());
+        }
+        Scalar::Float(f) => {
+            out.push(TAG_FLOAT);
+            out.extend_from_slice(&f.to_bits().to_le_bytes());
+        }
+        Scalar::Str(s) => {
+            out.push(TAG_STR);
+            out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+            out.extend_from_slice(s);
+        }
+    }
 }
 
 /// Reads a message of at most `out.len()` scalars into `out` and returns how many; `None` for a
