@@ -11,11 +11,7 @@ local function readme_steps()
   local readme = assert(H.read_file(H.ROOT .. "/examples/openresty/README.md"))
   local section = assert(readme:match("\n## Run it\n(.-)\n## "), "the README has no 'Run it' section")
   local block = assert(section:match("```sh\n(.-)```"), "'Run it' has no sh block")
-  local steps = {}
-  for line in block:gmatch("[^\n]+") do
-    steps[#steps + 1] = line
-  end
-  return steps
+  return H.lines(block)
 end
 
 local function squeeze(s)

@@ -57,6 +57,15 @@ function H.read_file(path)
   return s
 end
 
+--- The non-empty lines of `text`, in order.
+function H.lines(text)
+  local lines = {}
+  for line in text:gmatch("[^\n]+") do
+    lines[#lines + 1] = line
+  end
+  return lines
+end
+
 function H.write_file(path, text)
   local f = assert(io.open(path, "wb"))
   f:write(text)

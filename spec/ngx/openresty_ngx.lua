@@ -28,15 +28,6 @@ end
 
 local start = H.start
 
--- the non-empty lines of a response body
-local function lines_of(body)
-  local lines = {}
-  for line in body:gmatch("[^\n]+") do
-    lines[#lines + 1] = line
-  end
-  return lines
-end
-
 local function assert_clean_log(nginx)
   local bad = nginx:log_lines(BAD_LEVELS)
   assert.are.same({}, bad)
@@ -141,7 +132,7 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
   it("answers bad input with vmpool: errors and keeps working", function()
     local status, body = H.get(tport, "/bad")
     assert.are.equal(200, status)
-    local lines = lines_of(body)
+    local lines = H.lines(body)
     assert.are.equal(7, #lines, body)
     for i = 1, 6 do
       assert.matches("^" .. i .. " vmpool: ", lines[i])
@@ -157,7 +148,7 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
   it("passes co_invoke's scalar arguments and results through LuaJIT's FFI unchanged, the rest as before", function()
     local status, body = H.get(tport, "/ffi")
     assert.are.equal(200, status, body)
-    local lines = lines_of(body)
+    local lines = H.lines(body)
     assert.are.same({
       "0",
       "1 nil",
@@ -184,7 +175,7 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
   it("runs vmpool.run's coroutines under its own driver inside a request, before and after a failed run", function()
     local status, body = H.get(tport, "/run")
     assert.are.equal(200, status, body)
-    local lines = lines_of(body)
+    local lines = H.lines(body)
     -- no adapter wait: vmpool.run's driver waited for both calls
     assert.are.equal("one two 0", lines[1], body)
     assert.matches("^vmpool: a coroutine in vmpool.run failed: .*boom", lines[2])
