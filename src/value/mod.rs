@@ -627,8 +627,8 @@ impl Writer<'_> {
 
 /// Appends `head` and `s` to `out`, which has room for them: one capacity check for a string's
 /// tag, length and bytes, and short strings (keys, mostly) copied inline rather than by `memcpy`.
-/// Unsafe because the safe forms (a fixed buffer appended whole, then truncated) measured ~500
-/// more instructions per 10-field echo than this (Lua 5.4, callgrind), no fewer than `memcpy`.
+/// Unsafe because a safe form (a fixed buffer appended whole, then truncated) costs as much as
+/// `memcpy` (bench/results/2026-12-07-echo-codec.md, "The safe form of the short copy").
 #[inline(always)]
 fn put_string(out: &mut Vec<u8>, head: [u8; 5], s: &[u8]) {
     let n = s.len();
