@@ -627,7 +627,7 @@ impl Writer<'_> {
 
 /// Appends `head` and `s` to `out`, which has room for them: one capacity check for a string's
 /// tag, length and bytes, and short strings (keys, mostly) copied inline rather than by `memcpy`.
-/// Unsafe because a safe form (a fixed buffer appended whole, then truncated) costs as much as
+/// Unsafe because a safe form (a fixed buffer appended whole, then truncated) costs more than
 /// `memcpy` (bench/results/2026-12-07-echo-codec.md, "The safe form of the short copy").
 #[inline(always)]
 fn put_string(out: &mut Vec<u8>, head: [u8; 5], s: &[u8]) {
