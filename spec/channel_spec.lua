@@ -176,6 +176,10 @@ describe("vmpool.channel", function()
     assert.matches("^vmpool: bad argument #1 to 'vmpool.channel': expected a name %(string%), got number",
       err(vmpool.channel, 1))
     assert.matches("^vmpool: bad argument #1 to 'vmpool.channel': the name is empty", err(vmpool.channel, ""))
+    -- two names of invalid UTF-8 must not become one channel
+    assert.matches("^vmpool: bad argument #1 to 'vmpool.channel': the name is not valid UTF%-8",
+      err(vmpool.channel, "spec-\255"))
+    assert.matches("not valid UTF%-8", err(vmpool.channel, "spec-\254"))
     assert.matches("^vmpool: bad argument #2 to 'vmpool.channel': expected an options table or nil, got string",
       err(vmpool.channel, "x", "big"))
     assert.matches("^vmpool: unknown option 'capcity' to vmpool.channel", err(vmpool.channel, "x", { capcity = 1 }))

@@ -80,6 +80,10 @@ describe("vmpool.shared", function()
     it("refuses bad names and options with vmpool: errors", function()
       assert.matches("^vmpool: bad argument #1 to 'shared': expected a dictionary name", err_of(vmpool.shared, 42))
       assert.matches("^vmpool: bad argument #1 to 'shared'", err_of(vmpool.shared, ""))
+      -- two names of invalid UTF-8 must not become one dictionary (nor one metrics label)
+      assert.matches("^vmpool: bad argument #1 to 'shared': the dictionary name is not valid UTF%-8",
+        err_of(vmpool.shared, "spec-\255"))
+      assert.matches("not valid UTF%-8", err_of(vmpool.shared, "spec-\254"))
       assert.matches("^vmpool: unknown option 'size' to vmpool.shared", err_of(vmpool.shared, "x1", { size = 1 }))
       assert.matches("^vmpool: option 'capacity' to vmpool.shared must be a size",
         err_of(vmpool.shared, "x2", { capacity = "lots" }))

@@ -131,6 +131,35 @@ describe("pool:stream", function()
     state_is_free()
   end)
 
+  it("counts a call whose consumer ended the stream as cancelled in stats(), not as failed", function()
+    -- break (the state waits on a full buffer), stream:close(), collection: each is one cancel
+    local function ended_early(how)
+      local before = pool:stats()
+      if how == "break" then
+        for i in pool:stream("s", "forever") do if i == 3 then break end end
+        collectgarbage() collectgarbage() -- Lua 5.1 and LuaJIT: collection closes the stream
+      elseif how == "close" then
+        local s = pool:stream("s", "forever")
+        s()
+        s:close()
+      else
+        do
+          local s = pool:stream("s", "forever")
+          s()
+        end
+        collectgarbage() collectgarbage()
+      end
+      state_is_free()
+      local after = pool:stats()
+      assert.are.same({ cancelled = 1, errors = 0, succeeded = 1 }, {
+        cancelled = after.cancelled - before.cancelled,
+        errors = after.errors - before.errors,
+        succeeded = after.succeeded - before.succeeded, -- state_is_free's call
+      }, how)
+    end
+    for _, how in ipairs { "break", "close", "collected" } do ended_early(how) end
+  end)
+
   it("yields the coroutine of vmpool.run while it waits for items", function()
     local ticks = 0
     local sum = vmpool.run(function()

@@ -21,6 +21,8 @@ pub struct Current {
     chan: Arc<Channel>,
     stop: fn() -> bool,
     stop_error: fn(State) -> crate::Error,
+    /// An item found the channel closed: the consumer ended the stream (see [`consumer_closed`]).
+    consumer_closed: bool,
 }
 
 thread_local! {
@@ -45,6 +47,7 @@ impl Scope {
                 chan,
                 stop,
                 stop_error,
+                consumer_closed: false,
             })
         });
         Some(Scope(()))
@@ -57,6 +60,13 @@ impl Drop for Scope {
             c.chan.close();
         }
     }
+}
+
+/// Whether this thread's stream call had an item refused because the consumer closed the stream
+/// (`break`, `stream:close()`, the stream collected): the call then ends as cancelled, as its
+/// consumer meant, whatever error the refused item raised (`Child::run`).
+pub fn consumer_closed() -> bool {
+    CURRENT.with(|c| c.borrow().as_ref().is_some_and(|c| c.consumer_closed))
 }
 
 /// `coroutine.yield` in every pool state.
@@ -130,9 +140,16 @@ fn push_item(st: State) -> Result<bool, ()> {
             let e = stop_error(st);
             fail(st, e)
         }
-        Err((Fail::Closed, _)) => fail(st, crate::Error::BadArgument(
+        Err((Fail::Closed, _)) => {
+            CURRENT.with(|c| {
+                if let Some(c) = c.borrow_mut().as_mut() {
+                    c.consumer_closed = true;
+                }
+            });
+            fail(st, crate::Error::BadArgument(
             "the stream was closed by its consumer (the loop ended early, stream:close(), or the stream was collected)".into(),
-        )),
+        ))
+        }
         Err((Fail::TooLarge, _)) => fail(st, crate::Error::BadArgument(format!(
             "a stream item of {size} encoded bytes is larger than the stream's buffer ({} bytes): yield smaller items",
             chan.byte_capacity()

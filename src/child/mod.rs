@@ -559,6 +559,20 @@ end
             }
             ran => ran,
         };
+        // a stream whose consumer stopped reading ends as cancelled (not as a failure), unless a
+        // limit stopped it first
+        let ran = match ran {
+            Err(failed)
+                if crate::channel::stream::consumer_closed()
+                    && !matches!(
+                        failed.0,
+                        Outcome::Err(Error::TimeLimit { .. } | Error::MemoryLimit { .. })
+                    ) =>
+            {
+                Err(Box::new((Outcome::Err(Error::Cancelled), failed.1)))
+            }
+            ran => ran,
+        };
         if map {
             // the results go back in the call; the items' buffer is kept for the next batch
             std::mem::swap(&mut buf, &mut out);

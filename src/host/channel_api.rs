@@ -197,7 +197,14 @@ crate::lua_function!(pub fn channel => channel_impl);
 /// `_channel(name, options, metatable)`: the handle of the channel called `name`.
 fn channel_impl(st: State) -> Result<c_int, Error> {
     let name = match st.type_of(1) {
-        TSTRING => String::from_utf8_lossy(st.string_bytes(1)).into_owned(),
+        // invalid UTF-8 is refused rather than made text, which would make two names one channel
+        TSTRING => match std::str::from_utf8(st.string_bytes(1)) {
+            Ok(name) => name.to_owned(),
+            Err(_) => return Err(Error::BadArgument(
+                "bad argument #1 to 'vmpool.channel': the name is not valid UTF-8; use a text name"
+                    .into(),
+            )),
+        },
         _ => {
             return Err(Error::BadArgument(format!(
                 "bad argument #1 to 'vmpool.channel': expected a name (string), got {}",

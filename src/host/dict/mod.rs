@@ -154,7 +154,14 @@ crate::lua_function!(pub fn shared => shared_impl);
 /// `vmpool.shared(name [, options])`.
 fn shared_impl(st: State) -> Result<c_int, Error> {
     let name = match st.to_bytes(1) {
-        Some(n) if !n.is_empty() => String::from_utf8_lossy(n).into_owned(),
+        // a name of invalid UTF-8 is refused rather than made text: two such names would become
+        // one dictionary, and one label value in `vmpool.metrics()`
+        Some(n) if !n.is_empty() => match std::str::from_utf8(n) {
+            Ok(name) => name.to_owned(),
+            Err(_) => return Err(Error::BadArgument(
+                "bad argument #1 to 'shared': the dictionary name is not valid UTF-8 (it names the dictionary in the process and labels its metrics); use a text name".into(),
+            )),
+        },
         _ => {
             return Err(Error::BadArgument(format!(
             "bad argument #1 to 'shared': expected a dictionary name (non-empty string), got {}",
