@@ -386,6 +386,17 @@ describe("messages keep their information", function()
         .. "pool:co_invoke%(...%), with a colon%)$", err_of(pool.co_invoke, "c", "f"))
       assert.matches("^vmpool: bad argument #1 to 'close': expected a pool, got no value %(call it as "
         .. "pool:close%(%), with a colon%)$", err_of(pool.close))
+      -- every method of pools and futures names itself and what it got instead
+      for _, method in ipairs { "compile", "invoke", "submit", "map", "unload", "stats", "collect", "stream" } do
+        assert.matches("^vmpool: bad argument #1 to '" .. method .. "': expected a pool, got number %(call it as "
+          .. "pool:" .. method .. "%(", err_of(pool[method], 42), 1, false)
+      end
+      local fut = pool:submit("c", "f")
+      for _, method in ipairs { "wait", "ready", "cancel", "pollfd" } do
+        assert.matches("^vmpool: bad argument #1 to '" .. method .. "': expected a future, got string %(call it as "
+          .. "fut:" .. method .. "%(", err_of(fut[method], "x"))
+      end
+      fut:wait()
     end)
   end)
 

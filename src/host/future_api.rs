@@ -86,21 +86,27 @@ impl Drop for FutureHandle {
     }
 }
 
-/// The future `self` at slot 1, lent for the caller's frame (`crate::hold!(f = handle(st))`).
+/// The future `self` at slot 1 of `method`, lent for the caller's frame
+/// (`crate::hold!(f = handle(st, "wait"))`).
 #[inline]
-pub(super) fn handle(frame: &Frame, st: State) -> Result<&FutureHandle, Error> {
+pub(super) fn handle<'f>(
+    frame: &'f Frame,
+    st: State,
+    method: &'static str,
+) -> Result<&'f FutureHandle, Error> {
     userdata::share(frame, st, 1).map_err(|a| {
         a.error::<FutureHandle>(|| {
-            Error::BadArgument(
-                "expected a future as first argument (call it as fut:method(...))".into(),
-            )
+            Error::BadArgument(format!(
+                "bad argument #1 to '{method}': expected a future, got {} (call it as fut:{method}(...), with a colon)",
+                st.type_name(1)
+            ))
         })
     })
 }
 
 crate::lua_function!(pub fn ready => ready_impl);
 fn ready_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(f = handle(st));
+    crate::hold!(f = handle(st, "ready"));
     let done = f.done();
     st.push_bool(done);
     Ok(1)
@@ -108,7 +114,7 @@ fn ready_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn wait => wait_impl);
 fn wait_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(f = handle(st));
+    crate::hold!(f = handle(st, "wait"));
     let timeout = match st.type_of(2) {
         TNIL | TNONE => None,
         TNUMBER if st.to_number(2) >= 0.0 => {
@@ -160,7 +166,7 @@ fn wait_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn cancel => cancel_impl);
 fn cancel_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(f = handle(st));
+    crate::hold!(f = handle(st, "cancel"));
     f.pool.check_process()?;
     let cancelled = f.pool.cancel(f.call());
     if !cancelled && f.call().phase() == RUNNING {
@@ -181,7 +187,7 @@ fn no_descriptor(e: std::io::Error) -> Error {
 
 crate::lua_function!(pub fn pollfd => pollfd_impl);
 fn pollfd_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(f = handle(st));
+    crate::hold!(f = handle(st, "pollfd"));
     if f.poll.get().is_none() && !f.claimed.get() {
         let signal = f.pool.poll_signal().map_err(no_descriptor)?;
         if !f.call().subscribe(Subscriber::Poll(signal.clone())) {

@@ -464,7 +464,7 @@ crate::lua_function!(pub fn subscribe_future => subscribe_future_impl);
 /// `fut:_subscribe(notifier, token)` -> whether it subscribed (false: the call is done already):
 /// the notifier queues `token` when the future's call finishes.
 fn subscribe_future_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(f = future_api::handle(st));
+    crate::hold!(f = future_api::handle(st, "_subscribe"));
     crate::hold!(handle = notifier_arg(st, "_subscribe"));
     let token = st.to_number(3) as u64;
     let subscribed = handle.waits.subscribe(f.call(), token);
@@ -478,7 +478,7 @@ crate::lua_function!(pub fn unsubscribe_future => unsubscribe_future_impl);
 /// is being) queued, which the loop then drains as usual. For an await that gives up early: left
 /// in place, its token would keep a luv loop's count of calls in flight above zero forever.
 fn unsubscribe_future_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(f = future_api::handle(st));
+    crate::hold!(f = future_api::handle(st, "_unsubscribe"));
     crate::hold!(handle = notifier_arg(st, "_unsubscribe"));
     let token = st.to_number(3) as u64;
     let id = SubscriberId::Queue(std::sync::Arc::as_ptr(&handle.waits.notifier), token);

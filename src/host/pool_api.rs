@@ -18,14 +18,20 @@ use crate::spin::AdaptiveSpin;
 use crate::value;
 use crate::Error;
 
-/// The pool `self` at slot 1, held for the caller's frame (`crate::hold!(h = handle(st))`).
+/// The pool `self` at slot 1 of `method`, held for the caller's frame
+/// (`crate::hold!(h = handle(st, "invoke"))`).
 #[inline]
-fn handle(f: &Frame, st: State) -> Result<Held<'_, PoolHandle>, Error> {
+fn handle<'f>(
+    f: &'f Frame,
+    st: State,
+    method: &'static str,
+) -> Result<Held<'f, PoolHandle>, Error> {
     userdata::hold(f, st, 1).map_err(|a| {
         a.error::<PoolHandle>(|| {
-            Error::BadArgument(
-                "expected a pool as first argument (call it as pool:method(...))".into(),
-            )
+            Error::BadArgument(format!(
+                "bad argument #1 to '{method}': expected a pool, got {} (call it as pool:{method}(...), with a colon)",
+                st.type_name(1)
+            ))
         })
     })
 }
@@ -49,7 +55,7 @@ fn new_pool_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn compile => compile_impl);
 fn compile_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(h = handle(st));
+    crate::hold!(h = handle(st, "compile"));
     h.check()?;
     let name = st
         .to_bytes(2)
@@ -73,7 +79,7 @@ fn compile_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn unload => unload_impl);
 fn unload_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(h = handle(st));
+    crate::hold!(h = handle(st, "unload"));
     h.check()?;
     let name = st
         .to_bytes(2)
@@ -88,7 +94,7 @@ fn unload_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn invoke => invoke_impl);
 fn invoke_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(h = handle(st));
+    crate::hold!(h = handle(st, "invoke"));
     // the arguments stay on the stack: `push_outcome` pushes the results above them
     let call = h.prepare(st, "invoke")?;
     if let Err(e) = h.pool.submit(call.clone()) {
@@ -116,7 +122,7 @@ fn invoke_impl(st: State) -> Result<c_int, Error> {
 
 crate::lua_function!(pub fn submit => submit_impl);
 fn submit_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(h = handle(st));
+    crate::hold!(h = handle(st, "submit"));
     let call = h.prepare(st, "submit")?;
     // the future goes above the arguments (a C function has `LUA_MINSTACK` free slots there)
     // The future comes first: if it cannot be created, nothing was submitted that nobody holds.
@@ -141,7 +147,7 @@ crate::lua_function!(pub fn stats => stats_impl);
 /// README); with `reset`, the peaks and the latency figures start a new interval after this
 /// reading (the counters and `vmpool.metrics()` never go back).
 fn stats_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(h = handle(st));
+    crate::hold!(h = handle(st, "stats"));
     h.pool.check_process()?;
     let reset = stats_reset(st)?;
     let s = h.pool.stats_reset(reset);
@@ -245,7 +251,7 @@ crate::lua_function!(pub fn collect => collect_impl);
 /// for (states busy with a call are skipped), and what the pool keeps for reuse freed: call
 /// records, and the chunk last named (which may be an old version).
 fn collect_impl(st: State) -> Result<c_int, Error> {
-    crate::hold!(h = handle(st));
+    crate::hold!(h = handle(st, "collect"));
     h.check()?;
     h.cache.clear();
     h.last_chunk = None;
