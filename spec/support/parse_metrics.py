@@ -11,7 +11,8 @@ except ImportError as e:  # the spec says what to install
     print("ERROR: no prometheus_client (Debian: python3-prometheus-client): %s" % e)
     sys.exit(0)
 
-with open(sys.argv[1], encoding="utf-8") as f:
+# newline="": a raw carriage return in a label value is text, not a line break (only \n ends a line)
+with open(sys.argv[1], encoding="utf-8", newline="") as f:
     text = f.read()
 out = []
 try:
