@@ -469,6 +469,38 @@ describe("vmpool.shared", function()
       assert.are.equal('bad "exptime" argument', err_of(d.expire, d, "k"))
     end)
 
+    -- resty.core passes exptime * 1000 to a C long and its ttl divides whole milliseconds by 1000
+    it("count TTLs in whole milliseconds as ngx does: under 1 ms is no expiry, ttl answers in ms", function()
+      local d = fresh()
+      local function whole_ms(t) return tonumber(("%.3f"):format(t)) == t end
+      assert.is_true(d:set("k", "v", 10))
+      local left = d:ttl("k")
+      assert.is_true(whole_ms(left) and left > 9.9 and left <= 10, tostring(left))
+      assert.is_true(d:expire("k", 10.5))
+      left = d:ttl("k")
+      assert.is_true(whole_ms(left) and left > 10.4 and left <= 10.5, tostring(left))
+      -- what is left of the last millisecond still counts as one
+      d:_advance(10.4999)
+      assert.are.equal(0.001, d:ttl("k"))
+      -- 0.0009 s is 0 ms: no expiry, as in ngx; 0.0019 s is 1 ms
+      for _, method in ipairs { "set", "add", "safe_set", "safe_add" } do
+        d:delete("tiny")
+        assert.is_true(d[method](d, "tiny", "v", 0.0009))
+        assert.are.equal(0, d:ttl("tiny"))
+      end
+      assert.are.same({ 5, nil, false }, { d:incr("n", 1, 4, 0.0009) })
+      assert.are.equal(0, d:ttl("n"))
+      assert.is_true(d:expire("n", 0.0005))
+      assert.are.equal(0, d:ttl("n"))
+      assert.is_true(d:set("ms", "v", 0.0019))
+      assert.are.equal(0.001, d:ttl("ms"))
+      d:_advance(0.0011)
+      assert.is_nil(d:get("ms"))
+      d:_advance(1e6)
+      assert.are.equal("v", d:get("tiny"))
+      assert.are.equal(5, d:get("n"))
+    end)
+
     it("expire takes a numeric string, as resty.core does; set's exptime and flags do not", function()
       local d = fresh()
       d:set("k", "v")

@@ -611,8 +611,10 @@ fn ttl_impl(st: State) -> Result<c_int, Error> {
             Ok(1)
         }
         Some(ns) => {
+            // whole milliseconds, rounded up (never 0, which means "no expiry"), as ngx answers:
+            // its clock is cached, so right after `set(k, v, 10)` it says 10, not 9.99999...
             ensure_stack(st, 1)?;
-            st.push_number(ns as f64 / 1e9);
+            st.push_number(ns.div_ceil(1_000_000) as f64 / 1e3);
             Ok(1)
         }
         None => nil_err(st, "ttl", "not found"),
