@@ -133,16 +133,33 @@ fn message(st: State, first: c_int, method: &str) -> Result<Vec<u8>, Error> {
     Ok(buf)
 }
 
-/// Pushes the message's values (onto a stack holding at most one value).
-fn push_message(st: State, buf: &[u8], what: &str) -> Result<c_int, Error> {
+/// Pushes the values of the message `chan` gave (onto a stack holding at most one value). When
+/// the state has no memory for them (a pool state's `memory_limit`), the message goes back to
+/// the front of `chan`, so that no message is lost.
+fn push_message(st: State, chan: &Channel, buf: Vec<u8>, what: &str) -> Result<c_int, Error> {
     // scalars allocate nothing, so they need no protected call (as `call_io::push_outcome`); the
     // callers have at most one value on the stack, so 16 slots of LUA_MINSTACK's 20 are free
-    if let Some(n) = value::push_scalars(st, buf, 16) {
+    if let Some(n) = value::push_scalars(st, &buf, 16) {
         return Ok(n);
     }
     let doing = || format!("receiving a message from {what}");
-    decode_protected(st, 0, doing, |st| value::push_values(st, buf))?
-        .map_err(|c| Error::Internal(format!("cannot decode a channel message: {}", c.0)))
+    match decode_protected(st, 0, doing, |st| value::push_values(st, &buf)) {
+        Ok(r) => {
+            r.map_err(|c| Error::Internal(format!("cannot decode a channel message: {}", c.0)))
+        }
+        Err(e) => {
+            chan.give_back(buf);
+            Err(match e {
+                Error::Host { message: None, .. } if crate::child::call_armed() => {
+                    Error::BadArgument(format!(
+                        "not enough memory in this pool state while receiving a message from {what} (its memory_limit or the system refused it); the message stays in channel '{}': raise memory_limit or send smaller messages",
+                        chan.name
+                    ))
+                }
+                e => e,
+            })
+        }
+    }
 }
 
 fn push_fail(st: State, f: Fail) -> c_int {
@@ -297,7 +314,7 @@ fn pop_impl(st: State) -> Result<c_int, Error> {
     match blocking(st, "channel:pop", &mut |stop| chan.pop(timeout, stop))? {
         Ok(m) => {
             st.set_top(0);
-            push_message(st, &m, "channel:pop")
+            push_message(st, &chan, m, "channel:pop")
         }
         Err(f) => Ok(push_fail(st, f)),
     }
@@ -397,7 +414,7 @@ fn pop_or_wait_impl(st: State) -> Result<c_int, Error> {
     match r.map_err(|(f, ())| f) {
         Ok(m) => {
             st.set_top(0);
-            push_message(st, &m, "channel:pop")
+            push_message(st, &chan, m, "channel:pop")
         }
         Err(f) => Ok(push_fail(st, f)),
     }
@@ -434,12 +451,12 @@ fn channel_list(st: State) -> Result<Vec<Arc<Channel>>, Error> {
     Ok(chans)
 }
 
-/// Pushes list[i + 1] and the message.
-fn push_selected(st: State, i: usize, m: &[u8]) -> Result<c_int, Error> {
+/// Pushes list[i + 1] and the message it gave.
+fn push_selected(st: State, chans: &[Arc<Channel>], i: usize, m: Vec<u8>) -> Result<c_int, Error> {
     st.set_top(1);
     st.raw_geti(1, i as i64 + 1);
     st.remove(1);
-    let n = push_message(st, m, "vmpool.select")?;
+    let n = push_message(st, &chans[i], m, "vmpool.select")?;
     Ok(n + 1)
 }
 
@@ -453,7 +470,7 @@ fn select_impl(st: State) -> Result<c_int, Error> {
         select::wait(&chans, timeout, &mut stop)
     })?;
     match r {
-        Ok((i, m)) => push_selected(st, i, &m),
+        Ok((i, m)) => push_selected(st, &chans, i, m),
         Err(f) => Ok(push_fail(st, f)),
     }
 }
@@ -485,7 +502,7 @@ fn select_or_wait_impl(st: State) -> Result<c_int, Error> {
     });
     drop(w);
     match r {
-        select::Scan::Got(i, m) => push_selected(st, i, &m),
+        select::Scan::Got(i, m) => push_selected(st, &chans, i, m),
         select::Scan::Closed => Ok(push_fail(st, Fail::Closed)),
         select::Scan::Empty => Ok(push_fail(st, Fail::Timeout)),
     }
