@@ -692,6 +692,37 @@ describe("vmpool.shared", function()
       for i = 1, 4 do assert.is_true(futures[i]:wait()) end
       assert.are.equal(25000, d:get("hits"))
     end)
+
+    it("keep a popped item that a state has no memory for (its memory_limit) in the list", function()
+      local small = vmpool.new { core = 1, memory_limit = 4e6 }
+      small:compile("m", [=[
+        local d = require("vmpool").shared("spec-pool-small", { capacity = "64m" })
+        function take(method, k) return pcall(d[method], d, k) end
+      ]=])
+      local d = vmpool.shared("spec-pool-small", { capacity = "64m" })
+      local first, last = ("f"):rep(5e6), ("l"):rep(5e6)
+      assert.are.equal(1, d:rpush("list", first))
+      d:rpush("list", "middle")
+      d:rpush("list", last)
+      for _, method in ipairs { "lpop", "rpop" } do
+        local ok, err = small:invoke("m", "take", method, "list")
+        assert.is_false(ok)
+        assert.matches("^vmpool: not enough memory in this pool state while answering dict:" .. method
+          .. "%(%) %(its memory_limit or the system refused it%); the item stays in the list", err)
+        assert.are.equal(3, d:llen("list"))
+      end
+      assert.are.equal(first, d:lpop("list"))
+      assert.are.equal(last, d:rpop("list"))
+      assert.are.equal("middle", d:lpop("list"))
+      -- a get (on LuaJIT the FFI path answers with the state's own memory error)
+      d:set("big", first)
+      local ok, err = small:invoke("m", "take", "get", "big")
+      assert.is_false(ok)
+      if vmpool.runtime ~= "LuaJIT" then
+        assert.matches("^vmpool: not enough memory in this pool state while answering dict:get%(%)", err)
+      end
+      small:close()
+    end)
   end)
 
   describe("on LuaJIT, the FFI path", function()

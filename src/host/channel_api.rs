@@ -149,15 +149,9 @@ fn push_message(st: State, chan: &Channel, buf: Vec<u8>, what: &str) -> Result<c
         }
         Err(e) => {
             chan.give_back(buf);
-            Err(match e {
-                Error::Host { message: None, .. } if crate::child::call_armed() => {
-                    Error::BadArgument(format!(
-                        "not enough memory in this pool state while receiving a message from {what} (its memory_limit or the system refused it); the message stays in channel '{}': raise memory_limit or send smaller messages",
-                        chan.name
-                    ))
-                }
-                e => e,
-            })
+            Err(crate::host::in_pool_state(e, || {
+                format!("; the message stays in channel '{}'", chan.name)
+            }))
         }
     }
 }
