@@ -344,6 +344,14 @@ describe("vmpool.shared", function()
       assert.are.equal(14.5, d:incr("n", -0.5))
     end)
 
+    it("keeps an integer an integer on Lua 5.3 to 5.5, wrapping past math.maxinteger as + does", function()
+      if not has_integers then return end
+      local d = fresh()
+      d:set("n", math.maxinteger)
+      assert.are.equal(math.mininteger, d:incr("n", 1))
+      assert.are.equal("integer", math.type(d:get("n")))
+    end)
+
     it("fails with not found without init, and creates with init and init_ttl", function()
       local d = fresh()
       assert.are.same({ nil, "not found" }, { d:incr("n", 1) })
