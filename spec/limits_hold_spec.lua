@@ -105,6 +105,48 @@ describe("results that cannot cross", function()
     assert.is_true(ok, err)
     assert.are.same({ 1, 0 }, { s.succeeded, s.errors })
   end)
+
+  -- LuaJIT's whole stack holds 65,500 slots, and its lua_checkstack raises "stack overflow" when
+  -- it cannot grow: that is no finalizer's error, and a popped message stays in its channel
+  it("results or a message that the host's stack has no room for left are refused as such", function()
+    if LIMIT > 7900 then return end -- 5.2 to 5.5: far more than a host's recursion leaves
+    local pool = vmpool.new { core = 1 }
+    pool:compile("c", "return { many = function(n) local t = {} for i = 1, n do t[i] = i end "
+      .. "return (table.unpack or unpack)(t, 1, n) end }")
+    local ch = vmpool.channel("limits_hold_spec_deep", { bytes = 1e7 })
+    local values = {}
+    for i = 1, LIMIT do values[i] = i end
+    local function deep(n, what)
+      if n == 0 then
+        if what == "pop" then return select("#", ch:pop(0)) end
+        return select("#", pool:invoke("c", "many", LIMIT))
+      end
+      local a, b, c, d, e, f, g, h = 1, 2, 3, 4, 5, 6, 7, 8
+      return deep(n - 1, what) + a + b + c + d + e + f + g + h - 36
+    end
+    local refused = 0
+    for depth = 4000, 7000, 50 do
+      for _, what in ipairs { "pop", "invoke" } do
+        if what == "pop" then assert.is_true(ch:push((table.unpack or unpack)(values))) end
+        local ok, err = pcall(deep, depth, what)
+        if ok then
+          assert.are.equal(LIMIT, err)
+        elseif tostring(err):find("^vmpool:") then
+          assert.matches("^vmpool: no Lua stack space left for receiving "
+            .. (what == "pop" and "a message from channel:pop" or "the results of c:many"), err)
+          refused = refused + 1
+        else
+          assert.matches("stack overflow", err) -- the recursion's own, before vmpool's part
+        end
+        if what == "pop" then
+          assert.are.equal(ok and 0 or 1, ch:len())
+          ch:try_pop()
+        end
+      end
+    end
+    if IS_LUAJIT then assert.is_true(refused > 0, "no depth left too little room") end
+    pool:close()
+  end)
 end)
 
 describe("arguments that cannot cross", function()
