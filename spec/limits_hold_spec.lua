@@ -46,6 +46,24 @@ describe("init under the pool's limits", function()
     assert.matches("^vmpool: the init code failed in a new state: it needed more than memory_limit = 4000000 bytes",
       err)
   end)
+
+  it("an init whose require finds no descriptor to open the module with says so", function()
+    local files = {}
+    while true do -- every descriptor the process may open
+      local f = io.open("/dev/null")
+      if not f then break end
+      files[#files + 1] = f
+      assert(#files < 1e6, "the descriptor limit is too high for this test (ulimit -n)")
+    end
+    local ok, err = pcall(vmpool.new, { core = 1, init = "require 'socket'" })
+    for _, f in ipairs(files) do f:close() end
+    assert.is_false(ok)
+    assert.matches("^vmpool: the init code failed in a new state: .*module 'socket' not found", err)
+    assert.matches("%(the process is out of file descriptors, so require could not open the module's file: close "
+      .. "some, or raise the limit: ulimit %-n, nginx's worker_rlimit_nofile%)$", err)
+    local pool = vmpool.new { core = 1, init = "require 'socket'" } -- with descriptors, it loads
+    pool:close()
+  end)
 end)
 
 describe("time_limit values", function()

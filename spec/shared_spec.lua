@@ -701,6 +701,27 @@ describe("vmpool.shared", function()
       assert.are.equal(25000, d:get("hits"))
     end)
 
+    it("load vmpool (require) in a new state even when the process is out of descriptors", function()
+      vmpool.shared("spec-pool-nofd"):set("k", "from the host")
+      local files = {}
+      while true do -- every descriptor the process may open: require must not need one
+        local f = io.open("/dev/null")
+        if not f then break end
+        files[#files + 1] = f
+        assert(#files < 1e6, "the descriptor limit is too high for this test (ulimit -n)")
+      end
+      local ok, got = pcall(function()
+        local p = vmpool.new { core = 1 }
+        p:compile("n", [=[ function get() return require("vmpool").shared("spec-pool-nofd"):get("k") end ]=])
+        local v = p:invoke("n", "get")
+        p:close()
+        return v
+      end)
+      for _, f in ipairs(files) do f:close() end
+      assert.is_true(ok, got)
+      assert.are.equal("from the host", got)
+    end)
+
     it("keep a popped item that a state has no memory for (its memory_limit) in the list", function()
       local small = vmpool.new { core = 1, memory_limit = 4e6 }
       small:compile("m", [=[
