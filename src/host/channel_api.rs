@@ -134,8 +134,8 @@ fn message(st: State, first: c_int, method: &str) -> Result<Vec<u8>, Error> {
 }
 
 /// Pushes the values of the message `chan` gave (onto a stack holding at most one value). When
-/// the state has no memory for them (a pool state's `memory_limit`), the message goes back to
-/// the front of `chan`, so that no message is lost.
+/// the state has no memory or stack room for them, the message goes back to the front of
+/// `chan`, so that no message is lost.
 fn push_message(st: State, chan: &Channel, buf: Vec<u8>, what: &str) -> Result<c_int, Error> {
     // scalars allocate nothing, so they need no protected call (as `call_io::push_outcome`); the
     // callers have at most one value on the stack, so 16 slots of LUA_MINSTACK's 20 are free
@@ -143,10 +143,14 @@ fn push_message(st: State, chan: &Channel, buf: Vec<u8>, what: &str) -> Result<c
         return Ok(n);
     }
     let doing = || format!("receiving a message from {what}");
-    match decode_protected(st, 0, doing, |st| value::push_values(st, &buf)) {
-        Ok(r) => {
-            r.map_err(|c| Error::Internal(format!("cannot decode a channel message: {}", c.0)))
-        }
+    let decoded = decode_protected(st, 0, doing, |st| value::push_values(st, &buf)).and_then(|r| {
+        r.map_err(|c| match c.0 {
+            what if value::is_no_stack(what) => Error::NoStack { doing: doing() },
+            what => Error::Internal(format!("cannot decode a channel message: {what}")),
+        })
+    });
+    match decoded {
+        Ok(n) => Ok(n),
         Err(e) => {
             chan.give_back(buf);
             Err(crate::host::in_pool_state(e, || {
