@@ -74,7 +74,9 @@ describe("time_limit values", function()
       print(pcall(pool.invoke, pool, "c", "spin"))
       pool:close()
     ]]):gsub("JIT_OFF", JIT_OFF))
-    assert.matches("false\tvmpool: time limit exceeded: c:spin", out, 1, true)
+    -- the limit covers loading the chunk too, so it may trip there: "c:(top level)"
+    assert.is_truthy(out:find("false\tvmpool: time limit exceeded: c:spin", 1, true)
+      or out:find("false\tvmpool: time limit exceeded: c:(top level)", 1, true), out)
   end)
 end)
 
