@@ -238,6 +238,37 @@ describe("a pool state waiting on a channel", function()
     pool:close()
   end)
 
+  it("without memory for a message (its memory_limit) leaves the message in the channel, first", function()
+    local pool = vmpool.new { core = 1, memory_limit = 4e6 }
+    pool:compile("m", [=[
+      local vmpool = require "vmpool"
+      function take(name, how)
+        local c = vmpool.channel(name)
+        local ok, v = pcall(function()
+          if how == "select" then return select(2, vmpool.select({ c }, 1)) end
+          return c:pop(1)
+        end)
+        return ok, ok and #v or v
+      end
+    ]=])
+    local c, name = fresh()
+    local big = string.rep("x", 6e6)
+    assert.is_true(c:push(big))
+    assert.is_true(c:push("next"))
+    for _, how in ipairs { "pop", "select" } do
+      local ok, err = pool:invoke("m", "take", name, how)
+      assert.is_false(ok)
+      assert.matches("vmpool: not enough memory in this pool state while receiving a message from "
+        .. (how == "pop" and "channel:pop" or "vmpool.select"), err)
+      assert.matches("the message stays in channel 'spec%-%d+': raise memory_limit", err)
+      assert.are.equal(2, c:len())
+    end
+    -- first in the queue still, whole
+    assert.are.equal(big, c:pop(0))
+    assert.are.equal("next", c:pop(0))
+    pool:close()
+  end)
+
   it("is ended by close{ timeout = s }, and the close returns", function()
     local pool = vmpool.new { core = 2 }
     pool:compile("c", CHUNK)

@@ -46,6 +46,24 @@ describe("init under the pool's limits", function()
     assert.matches("^vmpool: the init code failed in a new state: it needed more than memory_limit = 4000000 bytes",
       err)
   end)
+
+  it("an init whose require finds no descriptor to open the module with says so", function()
+    local files = {}
+    while true do -- every descriptor the process may open
+      local f = io.open("/dev/null")
+      if not f then break end
+      files[#files + 1] = f
+      assert(#files < 1e6, "the descriptor limit is too high for this test (ulimit -n)")
+    end
+    local ok, err = pcall(vmpool.new, { core = 1, init = "require 'socket'" })
+    for _, f in ipairs(files) do f:close() end
+    assert.is_false(ok)
+    assert.matches("^vmpool: the init code failed in a new state: .*module 'socket' not found", err)
+    assert.matches("%(the process is out of file descriptors, so require could not open the module's file: close "
+      .. "some, or raise the limit: ulimit %-n, nginx's worker_rlimit_nofile%)$", err)
+    local pool = vmpool.new { core = 1, init = "require 'socket'" } -- with descriptors, it loads
+    pool:close()
+  end)
 end)
 
 describe("time_limit values", function()
@@ -56,7 +74,9 @@ describe("time_limit values", function()
       print(pcall(pool.invoke, pool, "c", "spin"))
       pool:close()
     ]]):gsub("JIT_OFF", JIT_OFF))
-    assert.matches("false\tvmpool: time limit exceeded: c:spin", out, 1, true)
+    -- the limit covers loading the chunk too, so it may trip there: "c:(top level)"
+    assert.is_truthy(out:find("false\tvmpool: time limit exceeded: c:spin", 1, true)
+      or out:find("false\tvmpool: time limit exceeded: c:(top level)", 1, true), out)
   end)
 end)
 
@@ -104,6 +124,52 @@ describe("results that cannot cross", function()
     local ok, err, s = returning(LIMIT)
     assert.is_true(ok, err)
     assert.are.same({ 1, 0 }, { s.succeeded, s.errors })
+  end)
+
+  -- a host whose stack is nearly full (a deep recursion) receiving many values: LuaJIT's whole
+  -- stack holds 65,500 slots and its lua_checkstack raises "stack overflow", Lua 5.2 to 5.5's holds
+  -- a million and theirs answers 0; either way the caller's error, not a finalizer's or vmpool's own,
+  -- and a popped message stays in its channel
+  it("results or a message that the host's stack has no room for left are refused as such", function()
+    local many = LIMIT > 7900 and 300000 or LIMIT
+    local first, last, step = 4000, 7000, 50 -- frames of deep() below, about 11 slots each
+    if many > LIMIT or LIMIT > 7900 then first, last, step = 50000, 90000, 2000 end
+    local pool = vmpool.new { core = 1 }
+    pool:compile("c", "return { many = function(n) local t = {} for i = 1, n do t[i] = i end "
+      .. "return (table.unpack or unpack)(t, 1, n) end }")
+    local ch = vmpool.channel("limits_hold_spec_deep", { bytes = 1e8 })
+    local values = {}
+    for i = 1, many do values[i] = i end
+    local function deep(n, what)
+      if n == 0 then
+        if what == "pop" then return select("#", ch:pop(0)) end
+        return select("#", pool:invoke("c", "many", many))
+      end
+      local a, b, c, d, e, f, g, h = 1, 2, 3, 4, 5, 6, 7, 8
+      return deep(n - 1, what) + a + b + c + d + e + f + g + h - 36
+    end
+    local refused = 0
+    for depth = first, last, step do
+      for _, what in ipairs { "pop", "invoke" } do
+        if what == "pop" then assert.is_true(ch:push((table.unpack or unpack)(values))) end
+        local ok, err = pcall(deep, depth, what)
+        if ok then
+          assert.are.equal(many, err)
+        elseif tostring(err):find("^vmpool:") then
+          assert.matches("^vmpool: no Lua stack space left for receiving "
+            .. (what == "pop" and "a message from channel:pop" or "the results of c:many"), err)
+          refused = refused + 1
+        else
+          assert.matches("stack overflow", err) -- the recursion's own, before vmpool's part
+        end
+        if what == "pop" then
+          assert.are.equal(ok and 0 or 1, ch:len())
+          ch:try_pop()
+        end
+      end
+    end
+    if vmpool.runtime ~= "Lua 5.1" then assert.is_true(refused > 0, "no depth left too little room") end
+    pool:close()
   end)
 end)
 

@@ -274,6 +274,24 @@ describe("a map that stops", function()
     pool:close()
   end)
 
+  it("fails an item that overran its deadline inside a C function, not the item after it", function()
+    -- the mapped function is C itself (socket.sleep: the item is what it runs, not a wait of the
+    -- test's), so no Lua instruction runs between its return and the next item's start
+    local pool = vmpool.new { core = 1, time_limit = 0.1 }
+    pool:compile("c", [=[ return { cwait = require("socket").sleep } ]=])
+    for _, list in ipairs { { 0.3 }, { 0.3, 0.01 }, { 0.01, 0.3, 0.01 } } do
+      local slow = list[1] == 0.3 and 1 or 2
+      local ok, err = pcall(pool.map, pool, "c", "cwait", list)
+      assert.is_false(ok, "the map succeeded")
+      assert.matches("^vmpool: map item " .. slow .. " of 'c:cwait' failed: time limit exceeded", err)
+      local _, errors = pool:map("c", "cwait", list, { errors = "collect" })
+      for i = 1, #list do
+        assert.are.equal(i == slow, errors[i] ~= nil, "item " .. i .. ": " .. tostring(errors[i]))
+      end
+    end
+    pool:close()
+  end)
+
   it("fails like invoke when no state is free and blocking = false", function()
     local gate = Gate.new()
     local pool = vmpool.new { core = 1, blocking = false, init = INIT }

@@ -348,6 +348,14 @@ describe("vmpool.shared", function()
       assert.are.equal(14.5, d:incr("n", -0.5))
     end)
 
+    it("keeps an integer an integer on Lua 5.3 to 5.5, wrapping past math.maxinteger as + does", function()
+      if not has_integers then return end
+      local d = fresh()
+      d:set("n", math.maxinteger)
+      assert.are.equal(math.mininteger, d:incr("n", 1))
+      assert.are.equal("integer", math.type(d:get("n")))
+    end)
+
     it("fails with not found without init, and creates with init and init_ttl", function()
       local d = fresh()
       assert.are.same({ nil, "not found" }, { d:incr("n", 1) })
@@ -471,6 +479,38 @@ describe("vmpool.shared", function()
       assert.are.same({ nil, "not found" }, { d:ttl("missing") })
       assert.are.same({ nil, "not found" }, { d:expire("missing", 1) })
       assert.are.equal('bad "exptime" argument', err_of(d.expire, d, "k"))
+    end)
+
+    -- resty.core passes exptime * 1000 to a C long and its ttl divides whole milliseconds by 1000
+    it("count TTLs in whole milliseconds as ngx does: under 1 ms is no expiry, ttl answers in ms", function()
+      local d = fresh()
+      local function whole_ms(t) return tonumber(("%.3f"):format(t)) == t end
+      assert.is_true(d:set("k", "v", 10))
+      local left = d:ttl("k")
+      assert.is_true(whole_ms(left) and left > 9.9 and left <= 10, tostring(left))
+      assert.is_true(d:expire("k", 10.5))
+      left = d:ttl("k")
+      assert.is_true(whole_ms(left) and left > 10.4 and left <= 10.5, tostring(left))
+      -- what is left of the last millisecond still counts as one
+      d:_advance(10.4999)
+      assert.are.equal(0.001, d:ttl("k"))
+      -- 0.0009 s is 0 ms: no expiry, as in ngx; 0.0019 s is 1 ms
+      for _, method in ipairs { "set", "add", "safe_set", "safe_add" } do
+        d:delete("tiny")
+        assert.is_true(d[method](d, "tiny", "v", 0.0009))
+        assert.are.equal(0, d:ttl("tiny"))
+      end
+      assert.are.same({ 5, nil, false }, { d:incr("n", 1, 4, 0.0009) })
+      assert.are.equal(0, d:ttl("n"))
+      assert.is_true(d:expire("n", 0.0005))
+      assert.are.equal(0, d:ttl("n"))
+      assert.is_true(d:set("ms", "v", 0.0019))
+      assert.are.equal(0.001, d:ttl("ms"))
+      d:_advance(0.0011)
+      assert.is_nil(d:get("ms"))
+      d:_advance(1e6)
+      assert.are.equal("v", d:get("tiny"))
+      assert.are.equal(5, d:get("n"))
     end)
 
     it("expire takes a numeric string, as resty.core does; set's exptime and flags do not", function()
@@ -663,6 +703,58 @@ describe("vmpool.shared", function()
       for _ = 1, 5000 do d:incr("hits", 1, 0) end
       for i = 1, 4 do assert.is_true(futures[i]:wait()) end
       assert.are.equal(25000, d:get("hits"))
+    end)
+
+    it("load vmpool (require) in a new state even when the process is out of descriptors", function()
+      vmpool.shared("spec-pool-nofd"):set("k", "from the host")
+      local files = {}
+      while true do -- every descriptor the process may open: require must not need one
+        local f = io.open("/dev/null")
+        if not f then break end
+        files[#files + 1] = f
+        assert(#files < 1e6, "the descriptor limit is too high for this test (ulimit -n)")
+      end
+      local ok, got = pcall(function()
+        local p = vmpool.new { core = 1 }
+        p:compile("n", [=[ function get() return require("vmpool").shared("spec-pool-nofd"):get("k") end ]=])
+        local v = p:invoke("n", "get")
+        p:close()
+        return v
+      end)
+      for _, f in ipairs(files) do f:close() end
+      assert.is_true(ok, got)
+      assert.are.equal("from the host", got)
+    end)
+
+    it("keep a popped item that a state has no memory for (its memory_limit) in the list", function()
+      local small = vmpool.new { core = 1, memory_limit = 4e6 }
+      small:compile("m", [=[
+        local d = require("vmpool").shared("spec-pool-small", { capacity = "64m" })
+        function take(method, k) return pcall(d[method], d, k) end
+      ]=])
+      local d = vmpool.shared("spec-pool-small", { capacity = "64m" })
+      local first, last = ("f"):rep(5e6), ("l"):rep(5e6)
+      assert.are.equal(1, d:rpush("list", first))
+      d:rpush("list", "middle")
+      d:rpush("list", last)
+      for _, method in ipairs { "lpop", "rpop" } do
+        local ok, err = small:invoke("m", "take", method, "list")
+        assert.is_false(ok)
+        assert.matches("^vmpool: not enough memory in this pool state while answering dict:" .. method
+          .. "%(%) %(its memory_limit or the system refused it%); the item stays in the list", err)
+        assert.are.equal(3, d:llen("list"))
+      end
+      assert.are.equal(first, d:lpop("list"))
+      assert.are.equal(last, d:rpop("list"))
+      assert.are.equal("middle", d:lpop("list"))
+      -- a get (on LuaJIT the FFI path answers with the state's own memory error)
+      d:set("big", first)
+      local ok, err = small:invoke("m", "take", "get", "big")
+      assert.is_false(ok)
+      if vmpool.runtime ~= "LuaJIT" then
+        assert.matches("^vmpool: not enough memory in this pool state while answering dict:get%(%)", err)
+      end
+      small:close()
     end)
   end)
 

@@ -89,6 +89,9 @@ pub enum Error {
         doing: String,
         message: Option<String>,
     },
+    /// A pool state had no memory (its `memory_limit`, or the system) for what vmpool pushed into
+    /// it while `doing` something; `kept` says what was kept for another try ("" if nothing).
+    StateMemory { doing: String, kept: String },
     /// The system refused vmpool memory for a copy of a value (`doing` says which): big values
     /// are copied with fallible allocations, so that this is an error and not an abort.
     NoMemory { doing: String },
@@ -231,6 +234,10 @@ impl fmt::Display for Error {
             Error::Host { doing, message: Some(m) } => write!(
                 f,
                 "vmpool: a Lua error was raised in the host while {doing}: {m} (a __gc finalizer that ran meanwhile raised it; finalizers must not raise errors)"
+            ),
+            Error::StateMemory { doing, kept } => write!(
+                f,
+                "vmpool: not enough memory in this pool state while {doing} (its memory_limit or the system refused it){kept}: raise memory_limit or use smaller values"
             ),
             Error::NoMemory { doing } => write!(
                 f,

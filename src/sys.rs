@@ -153,6 +153,24 @@ pub fn no_sigpipe(fd: std::os::fd::RawFd) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Whether the process is out of file descriptors right now (opening one fails with EMFILE or
+/// ENFILE): `require` then reports a module's file as "not found", which this explains.
+pub fn out_of_descriptors() -> bool {
+    match std::fs::File::open("/dev/null") {
+        Ok(_) => false,
+        Err(e) => matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE)),
+    }
+}
+
+/// What to add to a "module ... not found" error raised while the process is out of descriptors.
+pub fn descriptors_hint(message: &str) -> &'static str {
+    if message.contains("not found") && out_of_descriptors() {
+        " (the process is out of file descriptors, so require could not open the module's file: close some, or raise the limit: ulimit -n, nginx's worker_rlimit_nofile)"
+    } else {
+        ""
+    }
+}
+
 /// CPUs this process may run on (honours `taskset`), at least 1.
 pub fn available_cpus() -> usize {
     std::thread::available_parallelism()

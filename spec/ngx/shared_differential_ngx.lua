@@ -123,7 +123,7 @@ describe("vmpool.shared and ngx.shared.DICT, the same operations side by side", 
       "where=host&shards=1&flush=1", { 5, 6 } },
     { "gives a pool state's ngx.shared.DICT the event loop's answers", "where=state&flush=1", { 7, 8 } },
   }
-  for _, name in ipairs { "full_list_push", "huge_ttl", "number_keys", "bad_input", "eviction_order",
+  for _, name in ipairs { "full_list_push", "huge_ttl", "ttl_ms", "number_keys", "bad_input", "eviction_order",
     "fragmentation", "list_eviction", "expiry" } do
     it("answers as ngx.shared.DICT does in the scenario " .. name, function()
       local status, body = H.get(port, "/scenario?name=" .. name)

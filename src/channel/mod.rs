@@ -312,6 +312,17 @@ impl Channel {
         Some(m)
     }
 
+    /// Puts back, as the oldest, a message a pop took but could not hand over (the popping state
+    /// had no memory for its values), so that nothing is lost; a pusher may have taken its room
+    /// meanwhile, so the channel can hold one message or its bytes over capacity until popped.
+    pub fn give_back(&self, msg: Vec<u8>) {
+        let mut q = self.q.lock();
+        q.bytes += msg.len();
+        q.msgs.push_front(msg);
+        self.version.fetch_add(1, Ordering::Release);
+        self.wake_one(&mut q, Side::Pop);
+    }
+
     /// Takes the oldest message if there is one, never waiting (the test `select` uses).
     pub fn try_pop(&self) -> Result<Vec<u8>, Fail> {
         self.pop_or_watch(None)

@@ -60,8 +60,11 @@ impl Child {
                     return (outcome, replace, done);
                 }
             };
+            // an item that ended past its deadline fails whatever it returned, as a call does: a C
+            // function that overran returns before the hook's next count
+            self.limits.trip_if_past_deadline();
             if self.limits.tripped.get() != Trip::None {
-                // a coroutine hit the limit and the function swallowed the error (see `run`)
+                // or a coroutine hit the limit and the function swallowed the error (see `run`)
                 st.set_top(BASE);
                 let function = String::from_utf8_lossy(&self.func).into_owned();
                 if let Some((outcome, replace)) = self.limit_outcome(&chunk.name, &function) {

@@ -281,6 +281,13 @@ impl Child {
                 st.push_bytes(p);
                 st.raw_set_str(-2, "cpath");
             }
+            // `require "vmpool"` in the state opens this library, already loaded, without
+            // searching the file system (which needs a descriptor the process may not have)
+            #[cfg(feature = "module")]
+            if st.raw_get_str(-1, "preload") == TTABLE {
+                st.push_cclosure(LUAOPEN_VMPOOL, 0);
+                st.raw_set_str(-2, "vmpool");
+            }
         }
         st.set_top(BASE);
         if cfg!(feature = "luajit") && !cfg.jit {
@@ -377,7 +384,10 @@ impl Child {
                     cfg.memory_limit.unwrap_or(0)
                 )))
             }
-            Err(m) => Err(Error::Init(m)),
+            Err(m) => {
+                let hint = crate::sys::descriptors_hint(&m);
+                Err(Error::Init(format!("{m}{hint}")))
+            }
         }
     }
 
@@ -808,3 +818,7 @@ impl Drop for Child {
         });
     }
 }
+
+/// `luaopen_vmpool`, for pool states' `package.preload`.
+#[cfg(feature = "module")]
+const LUAOPEN_VMPOOL: ffi::lua_CFunction = crate::lua::c_function(crate::luaopen_vmpool);

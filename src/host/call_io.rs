@@ -419,6 +419,9 @@ fn push_outcome_decoded(st: State, call: &Call) -> Result<c_int, Error> {
             "cannot pass the results of {}: {what}",
             call_name(call)
         ))),
+        Err(value::Corrupt(what)) if value::is_no_stack(what) => Err(Error::NoStack {
+            doing: format!("receiving the results of {}", call_name(call)),
+        }),
         Err(value::Corrupt(what)) => Err(Error::Internal(format!("cannot decode results: {what}"))),
     }
 }

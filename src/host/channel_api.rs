@@ -133,16 +133,31 @@ fn message(st: State, first: c_int, method: &str) -> Result<Vec<u8>, Error> {
     Ok(buf)
 }
 
-/// Pushes the message's values (onto a stack holding at most one value).
-fn push_message(st: State, buf: &[u8], what: &str) -> Result<c_int, Error> {
+/// Pushes the values of the message `chan` gave (onto a stack holding at most one value). When
+/// the state has no memory or stack room for them, the message goes back to the front of
+/// `chan`, so that no message is lost.
+fn push_message(st: State, chan: &Channel, buf: Vec<u8>, what: &str) -> Result<c_int, Error> {
     // scalars allocate nothing, so they need no protected call (as `call_io::push_outcome`); the
     // callers have at most one value on the stack, so 16 slots of LUA_MINSTACK's 20 are free
-    if let Some(n) = value::push_scalars(st, buf, 16) {
+    if let Some(n) = value::push_scalars(st, &buf, 16) {
         return Ok(n);
     }
     let doing = || format!("receiving a message from {what}");
-    decode_protected(st, 0, doing, |st| value::push_values(st, buf))?
-        .map_err(|c| Error::Internal(format!("cannot decode a channel message: {}", c.0)))
+    let decoded = decode_protected(st, 0, doing, |st| value::push_values(st, &buf)).and_then(|r| {
+        r.map_err(|c| match c.0 {
+            what if value::is_no_stack(what) => Error::NoStack { doing: doing() },
+            what => Error::Internal(format!("cannot decode a channel message: {what}")),
+        })
+    });
+    match decoded {
+        Ok(n) => Ok(n),
+        Err(e) => {
+            chan.give_back(buf);
+            Err(crate::host::in_pool_state(e, || {
+                format!("; the message stays in channel '{}'", chan.name)
+            }))
+        }
+    }
 }
 
 fn push_fail(st: State, f: Fail) -> c_int {
@@ -304,7 +319,7 @@ fn pop_impl(st: State) -> Result<c_int, Error> {
     match blocking(st, "channel:pop", &mut |stop| chan.pop(timeout, stop))? {
         Ok(m) => {
             st.set_top(0);
-            push_message(st, &m, "channel:pop")
+            push_message(st, &chan, m, "channel:pop")
         }
         Err(f) => Ok(push_fail(st, f)),
     }
@@ -404,7 +419,7 @@ fn pop_or_wait_impl(st: State) -> Result<c_int, Error> {
     match r.map_err(|(f, ())| f) {
         Ok(m) => {
             st.set_top(0);
-            push_message(st, &m, "channel:pop")
+            push_message(st, &chan, m, "channel:pop")
         }
         Err(f) => Ok(push_fail(st, f)),
     }
@@ -441,12 +456,12 @@ fn channel_list(st: State) -> Result<Vec<Arc<Channel>>, Error> {
     Ok(chans)
 }
 
-/// Pushes list[i + 1] and the message.
-fn push_selected(st: State, i: usize, m: &[u8]) -> Result<c_int, Error> {
+/// Pushes list[i + 1] and the message it gave.
+fn push_selected(st: State, chans: &[Arc<Channel>], i: usize, m: Vec<u8>) -> Result<c_int, Error> {
     st.set_top(1);
     st.raw_geti(1, i as i64 + 1);
     st.remove(1);
-    let n = push_message(st, m, "vmpool.select")?;
+    let n = push_message(st, &chans[i], m, "vmpool.select")?;
     Ok(n + 1)
 }
 
@@ -460,7 +475,7 @@ fn select_impl(st: State) -> Result<c_int, Error> {
         select::wait(&chans, timeout, &mut stop)
     })?;
     match r {
-        Ok((i, m)) => push_selected(st, i, &m),
+        Ok((i, m)) => push_selected(st, &chans, i, m),
         Err(f) => Ok(push_fail(st, f)),
     }
 }
@@ -492,7 +507,7 @@ fn select_or_wait_impl(st: State) -> Result<c_int, Error> {
     });
     drop(w);
     match r {
-        select::Scan::Got(i, m) => push_selected(st, i, &m),
+        select::Scan::Got(i, m) => push_selected(st, &chans, i, m),
         select::Scan::Closed => Ok(push_fail(st, Fail::Closed)),
         select::Scan::Empty => Ok(push_fail(st, Fail::Timeout)),
     }

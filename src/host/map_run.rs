@@ -558,6 +558,12 @@ impl MapRun {
                     String::from_utf8_lossy(&self.func)
                 )))
             }
+            Err(value::Corrupt(what)) if value::is_no_stack(what) => Err(Error::NoStack {
+                doing: format!(
+                    "the results of a map over {}",
+                    String::from_utf8_lossy(&self.func)
+                ),
+            }),
             Err(value::Corrupt(what)) => Err(Error::Internal(format!(
                 "cannot decode map results: {what}"
             ))),

@@ -45,6 +45,21 @@ pub(crate) unsafe fn ffi_bytes<'a>(ptr: *const std::ffi::c_char, len: usize) -> 
     unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
 }
 
+/// `e` as a pool state's caller should read it: there, the host's "not enough memory in the host
+/// Lua state" is this state's own memory (its `memory_limit`); `kept` says what was kept.
+pub(crate) fn in_pool_state(e: Error, kept: impl FnOnce() -> String) -> Error {
+    match e {
+        Error::Host {
+            doing,
+            message: None,
+        } if crate::child::call_armed() => Error::StateMemory {
+            doing,
+            kept: kept(),
+        },
+        e => e,
+    }
+}
+
 /// The `__gc` of a userdata holding a `T`: drops the value ([`userdata::finalize`]).
 pub(crate) fn finalize<T: userdata::Tagged>(st: State) -> Result<c_int, Error> {
     userdata::finalize::<T>(st, 1);

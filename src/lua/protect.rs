@@ -167,6 +167,11 @@ pub fn protected(
                     doing: doing(),
                     raised,
                 }),
+                // LuaJIT's lua_checkstack raises this itself when the whole stack (65,500 slots)
+                // cannot grow, where the other runtimes answer 0
+                Some(raised) if raised.ends_with("stack overflow") => {
+                    Err(Error::NoStack { doing: doing() })
+                }
                 message => Err(Error::Host {
                     doing: doing(),
                     message,

@@ -3,8 +3,8 @@
 //! pool. The registry below maps names to dictionaries; the Lua side is `host/dict/`.
 //!
 //! Every state reaches the same registry because it is a static of this library, and a pool
-//! state that does `require "vmpool"` loads this very library again (it has the host's
-//! `package.cpath`, and the dynamic loader hands out the copy already loaded).
+//! state that does `require "vmpool"` opens this very library again (its `package.preload`
+//! holds `luaopen_vmpool`: `Child::configure`).
 //!
 //! After `fork()` the child has a copy of the parent's dictionaries that nobody else sees, and
 //! whose locks may have been held by threads that did not survive the fork: handles from before

@@ -352,12 +352,21 @@ impl<'c> LuaSink<'c> {
     }
 }
 
+/// What decoding answers when the Lua stack has no room left for the values: the receiving
+/// code is nested too deeply, which is its caller's error (`Error::NoStack`), not a bad message.
+pub const NO_STACK: Corrupt = Corrupt("Lua stack overflow");
+
+/// Whether a decode's refusal is [`NO_STACK`].
+pub fn is_no_stack(what: &str) -> bool {
+    what == NO_STACK.0
+}
+
 impl Sink for LuaSink<'_> {
     fn reserve(&mut self, n: u32) -> Result<(), Corrupt> {
         if self.st.check_stack((n as c_int).saturating_add(2)) {
             Ok(())
         } else {
-            Err(Corrupt("Lua stack overflow"))
+            Err(NO_STACK)
         }
     }
     fn nil(&mut self) -> Result<(), Corrupt> {
@@ -391,7 +400,7 @@ impl Sink for LuaSink<'_> {
     /// table's own check covers the levels below.
     fn begin_table(&mut self, narr: u32, nhash: u32) -> Result<(), Corrupt> {
         if !self.st.check_stack(3) {
-            return Err(Corrupt("Lua stack overflow"));
+            return Err(NO_STACK);
         }
         let clamp = |n: u32| n.min(1 << 26) as c_int;
         self.st.create_table(clamp(narr), clamp(nhash));
@@ -419,7 +428,7 @@ impl Sink for LuaSink<'_> {
     }
     fn reference(&mut self, n: u32) -> Result<(), Corrupt> {
         if !self.st.check_stack(1) {
-            return Err(Corrupt("Lua stack overflow"));
+            return Err(NO_STACK);
         }
         self.st.raw_geti(self.shared_at, n as i64 + 1);
         Ok(())
@@ -429,7 +438,7 @@ impl Sink for LuaSink<'_> {
     /// message sets are never those of a function the state kept from an earlier one.
     fn begin_function(&mut self, proto: &Arc<Proto>, flags: u8) -> Result<(), Corrupt> {
         if !self.st.check_stack(6) {
-            return Err(Corrupt("Lua stack overflow"));
+            return Err(NO_STACK);
         }
         let callee = std::mem::replace(&mut self.callee_next, false);
         match &mut self.cache {
@@ -465,7 +474,7 @@ impl Sink for LuaSink<'_> {
         // a C function callee: the functions among its arguments are values
         self.callee_next = false;
         if !self.st.check_stack(4) {
-            return Err(Corrupt("Lua stack overflow"));
+            return Err(NO_STACK);
         }
         func::push_c_function(self.st, name)
     }

@@ -112,6 +112,7 @@ fn push_number(st: State, n: Number) {
 /// and numbers cannot raise (the stack space is checked first) and goes without.
 fn answer(st: State, method: &str, f: &mut dyn FnMut(State) -> c_int) -> Result<c_int, Error> {
     protected(st, 0, || format!("answering dict:{method}()"), f)
+        .map_err(|e| crate::host::in_pool_state(e, String::new))
 }
 
 fn ensure_stack(st: State, n: c_int) -> Result<(), Error> {
@@ -569,10 +570,23 @@ fn pop_common(st: State, method: &str, front: bool) -> Result<c_int, Error> {
                 None => st.push_nil(),
                 Some(Item::Num(n)) => push_number(st, n),
                 Some(Item::Str(s)) => {
-                    return answer(st, method, &mut |st| {
+                    let doing = || format!("answering dict:{method}()");
+                    let pushed = protected(st, 0, doing, &mut |st| {
                         st.push_bytes(&s);
                         1
-                    })
+                    });
+                    // the item goes back where it was, so that a failed pop loses nothing
+                    return pushed.map_err(|e| {
+                        let kept = d.dict.push(k, Item::Str(s), front).is_ok();
+                        crate::host::in_pool_state(e, || {
+                            if kept {
+                                "; the item stays in the list"
+                            } else {
+                                ""
+                            }
+                            .into()
+                        })
+                    });
                 }
             }
             Ok(1)
@@ -618,8 +632,10 @@ fn ttl_impl(st: State) -> Result<c_int, Error> {
             Ok(1)
         }
         Some(ns) => {
+            // whole milliseconds, rounded up (never 0, which means "no expiry"), as ngx answers:
+            // its clock is cached, so right after `set(k, v, 10)` it says 10, not 9.99999...
             ensure_stack(st, 1)?;
-            st.push_number(ns as f64 / 1e9);
+            st.push_number(ns.div_ceil(1_000_000) as f64 / 1e3);
             Ok(1)
         }
         None => nil_err(st, "ttl", "not found"),

@@ -39,14 +39,15 @@ pub(super) fn monotonic_ns() -> u64 {
 pub const MAX_TTL_NS: u64 = u64::MAX / 4;
 
 /// Converts a TTL in seconds into nanoseconds (0 = never; the caller checked it is not negative
-/// or NaN). Infinity and anything above [`MAX_TTL_NS`] mean never, as a TTL too long for ngx's
+/// or NaN), counted in whole milliseconds as ngx counts it (resty.core passes `exptime * 1000` as
+/// a C `long`): a fraction of a millisecond is dropped, so a TTL under 1 ms means no expiry there
+/// and here. Infinity and anything above [`MAX_TTL_NS`] mean never, as a TTL too long for ngx's
 /// millisecond count does there (`1e300`, `2^63`), rather than a deadline clamped to 146 years.
 pub fn ttl_ns(seconds: f64) -> u64 {
-    let ns = seconds * 1e9;
-    if seconds <= 0.0 || ns >= MAX_TTL_NS as f64 {
+    let ms = (seconds * 1e3).trunc();
+    if ms < 1.0 || ms * 1e6 >= MAX_TTL_NS as f64 {
         0
     } else {
-        // at least 1 ns, so that a tiny positive TTL still expires
-        (ns as u64).max(1)
+        ms as u64 * 1_000_000
     }
 }
