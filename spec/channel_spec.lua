@@ -43,6 +43,13 @@ function select_two(a, b, timeout)
   if c then return c:name(), v end
   return c, v
 end
+-- pops a function and a table holding one, calls them, and sends back a function of its own
+function call_popped(name, back)
+  local f, t = ch(name):pop(10)
+  local step = 10
+  ch(back):push(function(x) return x * step end, { g = function() return "from the state" end })
+  return f(1), t.g()
+end
 function try_catch_pop(ready, name)
   ch(ready):push("ready")
   local ok, err = pcall(function() return ch(name):pop() end)
@@ -87,6 +94,25 @@ describe("vmpool.channel", function()
       assert.are.equal(i * 2, out:pop(10))
     end
     assert.are.equal("served", fut:wait())
+  end)
+
+  it("carries Lua functions with their upvalues, standard C functions and tables of them, both ways", function()
+    local c, name = fresh()
+    local back, bname = fresh()
+    local up = 41
+    assert.is_true(c:push(function(x) return x + up end, { g = function() return "from the host" end }))
+    assert.are.same({ 42, "from the host" }, { pool:invoke("c", "call_popped", name, bname) })
+    local f, t = back:pop(10)
+    assert.are.equal(70, f(7))
+    assert.are.equal("from the state", t.g())
+    assert.is_true(c:push(string.format, up))
+    local fmt, v = c:pop()
+    assert.are.equal("v=41", fmt("v=%d", v))
+    -- a function counts its bytecode against the channel's bytes
+    local small = fresh { bytes = 40 }
+    assert.matches("^vmpool: a message of %d+ encoded bytes can never fit",
+      select(2, pcall(small.push, small, function() return 1 end)))
+    assert.is_true(small:push(string.rep("x", 30)))
   end)
 
   it("reports its capacity in messages and bytes, and the defaults", function()

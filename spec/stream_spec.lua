@@ -22,6 +22,9 @@ function counted(n)
   end
 end
 function nil_item() coroutine.yield(nil, 1) end
+function functions(n)
+  for i = 1, n do coroutine.yield(function(x) return x + i end, { f = function() return i end }) end
+end
 function plain() return "no stream" end
 function yield_outside() return pcall(coroutine.yield, 1) end
 ]]
@@ -60,6 +63,12 @@ describe("pool:stream", function()
     local n = 0
     for _ in pool:stream("s", "count", 0) do n = n + 1 end
     assert.are.equal(0, n)
+  end)
+
+  it("gives items holding functions, as a call's results carry them", function()
+    local got = {}
+    for f, t in pool:stream("s", "functions", 3) do got[#got + 1] = f(10) + t.f() end
+    assert.are.same({ 12, 14, 16 }, got)
   end)
 
   it("leaves the function's own coroutines to it", function()

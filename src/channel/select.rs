@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::watch::Watch;
-use super::{Channel, Fail, Side, POLL_SLICE};
+use super::{Channel, Fail, Message, Side, POLL_SLICE};
 use crate::spin::AdaptiveSpin;
 
 /// Where the next scan starts.
@@ -18,7 +18,7 @@ static NEXT: AtomicUsize = AtomicUsize::new(0);
 #[derive(Debug, PartialEq, Eq)]
 pub enum Scan {
     /// Channel `i`'s oldest message.
-    Got(usize, Vec<u8>),
+    Got(usize, Message),
     /// Every channel is closed and drained.
     Closed,
     /// Nothing yet (the watcher, if any, was filed on every open channel).
@@ -68,7 +68,7 @@ pub fn wait(
     chans: &[Arc<Channel>],
     timeout: Option<Duration>,
     stop: &mut dyn FnMut() -> bool,
-) -> Result<(usize, Vec<u8>), Fail> {
+) -> Result<(usize, Message), Fail> {
     // the deadline is this thread's to watch: the record needs no timer
     let deadline = crate::call::deadline_after(timeout);
     let mut w = Watch::default();

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::channel::watch::Watch;
-use crate::channel::{self, select, Channel, Fail, Side};
+use crate::channel::{self, select, Channel, Fail, Message, Side};
 use crate::host::call_io::HostWait;
 use crate::host::notifier_api::notifier_arg;
 use crate::host::userdata::{self, Frame, Held};
@@ -113,7 +113,7 @@ fn bad_timeout(st: State, idx: c_int, method: &str) -> Error {
 }
 
 /// Encodes the values from `first` to the top as one message.
-fn message(st: State, first: c_int, method: &str) -> Result<Vec<u8>, Error> {
+fn message(st: State, first: c_int, method: &str) -> Result<Message, Error> {
     let count = st.top() - first + 1;
     if count < 1 || st.type_of(first) == TNIL {
         return Err(Error::BadArgument(format!(
@@ -123,26 +123,33 @@ fn message(st: State, first: c_int, method: &str) -> Result<Vec<u8>, Error> {
     }
     // room for a few small values: growing from empty reallocated up to three times
     let mut buf = Vec::with_capacity(64);
-    value::encode_values(
+    let mut encoder = value::Encoder::default();
+    encoder.encode(
         st,
         first,
         count,
         &mut buf,
         Role::Argument(method.as_bytes()),
     )?;
-    Ok(buf)
+    Ok(Message {
+        bytes: buf,
+        protos: encoder.take_protos(),
+    })
 }
 
 /// Pushes the message's values (onto a stack holding at most one value).
-fn push_message(st: State, buf: &[u8], what: &str) -> Result<c_int, Error> {
+fn push_message(st: State, m: &Message, what: &str) -> Result<c_int, Error> {
+    let buf = &m.bytes[..];
     // scalars allocate nothing, so they need no protected call (as `call_io::push_outcome`); the
     // callers have at most one value on the stack, so 16 slots of LUA_MINSTACK's 20 are free
     if let Some(n) = value::push_scalars(st, buf, 16) {
         return Ok(n);
     }
     let doing = || format!("receiving a message from {what}");
-    decode_protected(st, 0, doing, |st| value::push_values(st, buf))?
-        .map_err(|c| Error::Internal(format!("cannot decode a channel message: {}", c.0)))
+    decode_protected(st, 0, doing, |st| {
+        value::push_message(st, buf, &m.protos, None, false)
+    })?
+    .map_err(|c| Error::Internal(format!("cannot decode a channel message: {}", c.0)))
 }
 
 fn push_fail(st: State, f: Fail) -> c_int {
@@ -284,7 +291,7 @@ fn push_impl(st: State) -> Result<c_int, Error> {
             st.push_bool(true);
             Ok(1)
         }
-        Err(Fail::TooLarge) => Err(too_large(&chan, msg.map_or(0, |m| m.len()))),
+        Err(Fail::TooLarge) => Err(too_large(&chan, msg.map_or(0, |m| m.size()))),
         Err(f) => Ok(push_fail(st, f)),
     }
 }
@@ -373,7 +380,7 @@ fn push_or_wait_impl(st: State) -> Result<c_int, Error> {
             st.push_bool(true);
             Ok(1)
         }
-        Err((Fail::TooLarge, m)) => Err(too_large(&chan, m.len())),
+        Err((Fail::TooLarge, m)) => Err(too_large(&chan, m.size())),
         Err((f, _)) => Ok(push_fail(st, f)),
     }
 }
@@ -435,7 +442,7 @@ fn channel_list(st: State) -> Result<Vec<Arc<Channel>>, Error> {
 }
 
 /// Pushes list[i + 1] and the message.
-fn push_selected(st: State, i: usize, m: &[u8]) -> Result<c_int, Error> {
+fn push_selected(st: State, i: usize, m: &Message) -> Result<c_int, Error> {
     st.set_top(1);
     st.raw_geti(1, i as i64 + 1);
     st.remove(1);
