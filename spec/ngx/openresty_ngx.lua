@@ -63,6 +63,16 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     assert_clean_log(nginx)
   end)
 
+  it("in a request, closing wakes waiters on both sides, and timeouts, select, functions and streams behave", function()
+    for id = 1, 2 do
+      local status, body = H.get(tport, "/chan_edges?id=" .. id)
+      assert.are.equal(200, status, body)
+      assert.are.equal(
+        "timeout nil closed nil closed 0 closed timeout 21 3 false stream failed at 3 1 free free\n", body)
+    end
+    assert_clean_log(nginx)
+  end)
+
   it("serves the example's results and errors over HTTP", function()
     local status, body = H.get(port, "/hello?name=you")
     assert.are.equal(200, status)
