@@ -298,15 +298,35 @@ describe("vmpool.select", function()
     assert.are.same({ nil, "closed" }, { vmpool.select({ a, b }) })
   end)
 
-  it("starves no channel: with every channel full, each is chosen in turn", function()
+  -- Each select starts at a random channel: the bounds below are 7 standard deviations or more
+  -- under the expected counts (a failure by chance is below 1e-11).
+  it("starves no channel: with every channel full, each is chosen about as often", function()
     local chans = { (fresh()), (fresh()), (fresh()) }
-    for _, c in ipairs(chans) do for i = 1, 100 do c:push(i) end end
+    for _, c in ipairs(chans) do c:push(c:name()) end
     local count = { 0, 0, 0 }
-    for _ = 1, 150 do
-      local ch = vmpool.select(chans)
+    for _ = 1, 3000 do
+      local ch, v = vmpool.select(chans)
+      ch:push(v) -- full again
       for i, c in ipairs(chans) do if rawequal(c, ch) then count[i] = count[i] + 1 end end
     end
-    for i = 1, 3 do assert.is_true(count[i] >= 40, "channel " .. i .. " was chosen " .. count[i] .. " times") end
+    for i = 1, 3 do assert.is_true(count[i] >= 800, "channel " .. i .. " was chosen " .. count[i] .. " times") end
+  end)
+
+  it("starves no channel of a loop that alternates two selects", function()
+    local a, b, c, d = fresh(), fresh(), fresh(), fresh()
+    for _, ch in ipairs { a, b, c, d } do ch:push(ch:name()) end
+    local count = {}
+    for _ = 1, 400 do
+      for _, list in ipairs { { a, b }, { c, d } } do
+        local ch, v = vmpool.select(list)
+        ch:push(v)
+        count[v] = (count[v] or 0) + 1
+      end
+    end
+    for _, ch in ipairs { a, b, c, d } do
+      local got = count[ch:name()] or 0
+      assert.is_true(got >= 120, ch:name() .. " was chosen " .. got .. " times of 400")
+    end
   end)
 
   it("waits in a pool state for whichever channel gets a message", function()
