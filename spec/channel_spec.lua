@@ -154,6 +154,21 @@ describe("vmpool.channel", function()
     assert.is_true(vmpool.clock() - t0 >= 0.02)
   end)
 
+  it("takes a timeout too long for the clock as no limit", function()
+    local c = fresh()
+    for _, t in ipairs { 1e19, 2 ^ 63, 1.8e19, 1e300, math.huge } do
+      assert.is_true(c:push_timeout(t, t))
+      assert.are.equal(t, c:pop(t))
+    end
+    local pool = vmpool.new { core = 1 }
+    local name = c:name()
+    assert.are.same({ true, 1e19 }, { pool:invoke(function(n)
+      local ch = require("vmpool").channel(n)
+      return ch:push_timeout(1e19, 1e19), ch:pop(1e19)
+    end, name) })
+    pool:close()
+  end)
+
   it("after close, fails pushes with nil, 'closed' and lets pops drain, then answer nil, 'closed'", function()
     local c = fresh()
     c:push(1) c:push(2)

@@ -237,7 +237,8 @@ impl Channel {
         if msg.size() > self.max_bytes {
             return Err((Fail::TooLarge, msg));
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // a timeout past what the clock can represent is no limit
+        let deadline = crate::call::deadline_after(timeout);
         let mut q = self.q.lock();
         let mut woken = false;
         let mut spun = false;
@@ -280,7 +281,8 @@ impl Channel {
     /// Takes the oldest message, waiting up to `timeout` for one; a closed channel is drained
     /// first, then answers `Closed`.
     pub fn pop(&self, timeout: Option<Duration>, stop: &dyn Fn() -> bool) -> Result<Message, Fail> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // a timeout past what the clock can represent is no limit
+        let deadline = crate::call::deadline_after(timeout);
         let mut q = self.q.lock();
         let mut spun = false;
         let mut parked = None;
