@@ -160,13 +160,10 @@ describe("vmpool.channel", function()
       assert.is_true(c:push_timeout(t, t))
       assert.are.equal(t, c:pop(t))
     end
-    local pool = vmpool.new { core = 1 }
-    local name = c:name()
-    assert.are.same({ true, 1e19 }, { pool:invoke(function(n)
-      local ch = require("vmpool").channel(n)
+    assert.are.same({ true, 1e19 }, { pool:invoke(function(name)
+      local ch = require("vmpool").channel(name)
       return ch:push_timeout(1e19, 1e19), ch:pop(1e19)
-    end, name) })
-    pool:close()
+    end, c:name()) })
   end)
 
   it("after close, fails pushes with nil, 'closed' and lets pops drain, then answer nil, 'closed'", function()
