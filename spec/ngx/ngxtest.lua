@@ -305,6 +305,17 @@ function T.chan_edges()
     (tostring(err):match("stream failed at 3") or tostring(err)), first, after, again }, " "))
 end
 
+-- a channel's waiting pop, select and push where nginx cannot yield, and its try forms (one line)
+function T.try_chan()
+  local c = vmpool.channel("ngx-try-chan")
+  local function one(f, ...)
+    local r = { pcall(f, ...) }
+    return r[1] and tostring(r[2]) .. "/" .. tostring(r[3]) or (tostring(r[2]):gsub("\n", " "))
+  end
+  return table.concat({ one(c.pop, c, 0.01), one(vmpool.select, { c }, 0.01), one(c.try_push, c, 1),
+    one(c.try_pop, c), one(c.try_pop, c) }, " | ")
+end
+
 -- co_invoke where nginx cannot yield: returns the error message (one line)
 function T.try(phase)
   local ok, err = pcall(T.pool().co_invoke, T.pool(), "t", "echo", phase)

@@ -120,6 +120,14 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     end
   end)
 
+  it("raises a vmpool: error for a channel wait where nginx cannot yield, where try forms work", function()
+    local body = select(2, H.get(tport, "/phase/set_chan"))
+    local pop, sel, push, got, empty = body:match("^(.-) | (.-) | (.-) | (.-) | (.-)\n$")
+    assert.matches("^vmpool: channel:pop cannot wait in nginx's set phase, which cannot yield", pop)
+    assert.matches("^vmpool: vmpool.select cannot wait in nginx's set phase, which cannot yield", sel)
+    assert.are.same({ "true/nil", "1/nil", "nil/timeout" }, { push, got, empty })
+  end)
+
   it("raises a vmpool: error in the phases that cannot yield", function()
     local expected = "^vmpool: pool:co_invoke cannot wait in nginx's (%S+) phase, which cannot yield"
     local body = select(2, H.get(tport, "/phase/set"))
