@@ -43,6 +43,13 @@ function select_two(a, b, timeout)
   if c then return c:name(), v end
   return c, v
 end
+-- pops a function and a table holding one, calls them, and sends back a function of its own
+function call_popped(name, back)
+  local f, t = ch(name):pop(10)
+  local step = 10
+  ch(back):push(function(x) return x * step end, { g = function() return "from the state" end })
+  return f(1), t.g()
+end
 function try_catch_pop(ready, name)
   ch(ready):push("ready")
   local ok, err = pcall(function() return ch(name):pop() end)
@@ -89,6 +96,25 @@ describe("vmpool.channel", function()
     assert.are.equal("served", fut:wait())
   end)
 
+  it("carries Lua functions with their upvalues, standard C functions and tables of them, both ways", function()
+    local c, name = fresh()
+    local back, bname = fresh()
+    local up = 41
+    assert.is_true(c:push(function(x) return x + up end, { g = function() return "from the host" end }))
+    assert.are.same({ 42, "from the host" }, { pool:invoke("c", "call_popped", name, bname) })
+    local f, t = back:pop(10)
+    assert.are.equal(70, f(7))
+    assert.are.equal("from the state", t.g())
+    assert.is_true(c:push(string.format, up))
+    local fmt, v = c:pop()
+    assert.are.equal("v=41", fmt("v=%d", v))
+    -- a function counts its bytecode against the channel's bytes
+    local small = fresh { bytes = 40 }
+    assert.matches("^vmpool: a message of %d+ encoded bytes can never fit",
+      select(2, pcall(small.push, small, function() return 1 end)))
+    assert.is_true(small:push(string.rep("x", 30)))
+  end)
+
   it("reports its capacity in messages and bytes, and the defaults", function()
     local c = fresh { capacity = 3, bytes = 1000 }
     assert.are.same({ 3, 1000 }, { c:capacity() })
@@ -126,6 +152,18 @@ describe("vmpool.channel", function()
     local t0 = vmpool.clock()
     assert.are.same({ nil, "timeout" }, { c:pop(0.02) })
     assert.is_true(vmpool.clock() - t0 >= 0.02)
+  end)
+
+  it("takes a timeout too long for the clock as no limit", function()
+    local c = fresh()
+    for _, t in ipairs { 1e19, 2 ^ 63, 1.8e19, 1e300, math.huge } do
+      assert.is_true(c:push_timeout(t, t))
+      assert.are.equal(t, c:pop(t))
+    end
+    assert.are.same({ true, 1e19 }, { pool:invoke(function(name)
+      local ch = require("vmpool").channel(name)
+      return ch:push_timeout(1e19, 1e19), ch:pop(1e19)
+    end, c:name()) })
   end)
 
   it("after close, fails pushes with nil, 'closed' and lets pops drain, then answer nil, 'closed'", function()
@@ -307,15 +345,35 @@ describe("vmpool.select", function()
     assert.are.same({ nil, "closed" }, { vmpool.select({ a, b }) })
   end)
 
-  it("starves no channel: with every channel full, each is chosen in turn", function()
+  -- Each select starts at a random channel: the bounds below are 7 standard deviations or more
+  -- under the expected counts (a failure by chance is below 1e-11).
+  it("starves no channel: with every channel full, each is chosen about as often", function()
     local chans = { (fresh()), (fresh()), (fresh()) }
-    for _, c in ipairs(chans) do for i = 1, 100 do c:push(i) end end
+    for _, c in ipairs(chans) do c:push(c:name()) end
     local count = { 0, 0, 0 }
-    for _ = 1, 150 do
-      local ch = vmpool.select(chans)
+    for _ = 1, 3000 do
+      local ch, v = vmpool.select(chans)
+      ch:push(v) -- full again
       for i, c in ipairs(chans) do if rawequal(c, ch) then count[i] = count[i] + 1 end end
     end
-    for i = 1, 3 do assert.is_true(count[i] >= 40, "channel " .. i .. " was chosen " .. count[i] .. " times") end
+    for i = 1, 3 do assert.is_true(count[i] >= 800, "channel " .. i .. " was chosen " .. count[i] .. " times") end
+  end)
+
+  it("starves no channel of a loop that alternates two selects", function()
+    local a, b, c, d = fresh(), fresh(), fresh(), fresh()
+    for _, ch in ipairs { a, b, c, d } do ch:push(ch:name()) end
+    local count = {}
+    for _ = 1, 400 do
+      for _, list in ipairs { { a, b }, { c, d } } do
+        local ch, v = vmpool.select(list)
+        ch:push(v)
+        count[v] = (count[v] or 0) + 1
+      end
+    end
+    for _, ch in ipairs { a, b, c, d } do
+      local got = count[ch:name()] or 0
+      assert.is_true(got >= 120, ch:name() .. " was chosen " .. got .. " times of 400")
+    end
   end)
 
   it("waits in a pool state for whichever channel gets a message", function()

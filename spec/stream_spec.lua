@@ -22,6 +22,9 @@ function counted(n)
   end
 end
 function nil_item() coroutine.yield(nil, 1) end
+function functions(n)
+  for i = 1, n do coroutine.yield(function(x) return x + i end, { f = function() return i end }) end
+end
 function plain() return "no stream" end
 function yield_outside() return pcall(coroutine.yield, 1) end
 ]]
@@ -60,6 +63,12 @@ describe("pool:stream", function()
     local n = 0
     for _ in pool:stream("s", "count", 0) do n = n + 1 end
     assert.are.equal(0, n)
+  end)
+
+  it("gives items holding functions, as a call's results carry them", function()
+    local got = {}
+    for f, t in pool:stream("s", "functions", 3) do got[#got + 1] = f(10) + t.f() end
+    assert.are.same({ 12, 14, 16 }, got)
   end)
 
   it("leaves the function's own coroutines to it", function()
@@ -158,6 +167,20 @@ describe("pool:stream", function()
       }, how)
     end
     for _, how in ipairs { "break", "close", "collected" } do ended_early(how) end
+  end)
+
+  it("lets pool:close() return while a stream nobody reads is still referenced, keeping its items", function()
+    -- Lua 5.1 to 5.3 and LuaJIT: after break, the stream lives on until it is collected
+    local own = vmpool.new { core = 1 }
+    own:compile("s", CHUNK)
+    local s = own:stream("s", "forever")
+    assert.are.equal(1, s())
+    own:close() -- the state waits for room for item 66; nobody can read while close runs
+    local got = 1
+    local ok, err = pcall(function() for i in s do got = i end end)
+    assert.is_true(got >= 65, "items kept: " .. got)
+    assert.is_false(ok)
+    assert.matches("the pool was closed while it ran", err)
   end)
 
   it("yields the coroutine of vmpool.run while it waits for items", function()

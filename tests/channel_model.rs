@@ -16,7 +16,7 @@ use std::time::Duration;
 use vmpool::testing::call::Call;
 use vmpool::testing::channel::select::{self, Scan};
 use vmpool::testing::channel::watch::Watch;
-use vmpool::testing::channel::{Channel, Fail, Side};
+use vmpool::testing::channel::{Channel, Fail, Message, Side};
 use vmpool::testing::spin::AdaptiveSpin;
 
 const PRODUCERS: u32 = 6;
@@ -53,7 +53,8 @@ fn sleep_on(w: &Watch, spin: &AdaptiveSpin) {
 }
 
 /// A push the way a coroutine does it: try, file a watcher, sleep, retry.
-fn push_watched(c: &Arc<Channel>, mut msg: Vec<u8>, spin: &AdaptiveSpin) -> Result<(), Fail> {
+fn push_watched(c: &Arc<Channel>, msg: Vec<u8>, spin: &AdaptiveSpin) -> Result<(), Fail> {
+    let mut msg = Message::from(msg);
     let mut w = Watch::default();
     loop {
         match c.push_or_watch(msg, None) {
@@ -89,7 +90,7 @@ fn push_watched(c: &Arc<Channel>, mut msg: Vec<u8>, spin: &AdaptiveSpin) -> Resu
 
 /// A pop the way a coroutine does it, giving up after `sleeps` sleeps (a consumer waiting
 /// forever on a channel whose producers are done would never drain the others).
-fn pop_watched(c: &Arc<Channel>, spin: &AdaptiveSpin, sleeps: u32) -> Result<Vec<u8>, Fail> {
+fn pop_watched(c: &Arc<Channel>, spin: &AdaptiveSpin, sleeps: u32) -> Result<Message, Fail> {
     let mut w = Watch::default();
     for _ in 0..=sleeps {
         match c.pop_or_watch(None) {
@@ -211,8 +212,8 @@ fn every_accepted_message_is_delivered_once_in_order_per_producer_whatever_way_e
                 let spin = AdaptiveSpin::new(Duration::from_micros(20), false);
                 let mut got: Vec<Vec<u32>> = vec![Vec::new(); PRODUCERS as usize];
                 let mut rng = Rng(0x85eb_ca6bu32.wrapping_mul(k + 1));
-                let mut keep = |m: Vec<u8>| {
-                    let (p, s) = decode(&m);
+                let mut keep = |m: Message| {
+                    let (p, s) = decode(&m.bytes);
                     got[p as usize].push(s);
                 };
                 loop {

@@ -61,8 +61,8 @@ fn every_message_arrives_exactly_once_in_order_per_producer_under_random_waits()
                     };
                     match r {
                         Ok(m) => {
-                            let p = u32::from_le_bytes(m[0..4].try_into().unwrap());
-                            let s = u32::from_le_bytes(m[4..8].try_into().unwrap());
+                            let p = u32::from_le_bytes(m.bytes[0..4].try_into().unwrap());
+                            let s = u32::from_le_bytes(m.bytes[4..8].try_into().unwrap());
                             got[p as usize].push(s);
                         }
                         Err(Fail::Timeout) => {}

@@ -27,6 +27,8 @@ function M.doubles(inp, out, n)
   return true
 end
 function M.count(n) for i = 1, n do coroutine.yield(i) end end
+function M.count_fail(n) for i = 1, n do coroutine.yield(i) end error("stream failed at " .. n) end
+function M.forever() local i = 0 while true do i = i + 1 coroutine.yield(i) end end
 return M
 ]]
 
@@ -267,6 +269,51 @@ function T.chan()
   local streamed = 0
   for i in T.pool():stream("t", "count", n) do streamed = streamed + i end
   ngx.say(popped, " ", doubled, " ", ch == b and "b" or "a", ":", v, " ", why, " ", streamed)
+end
+
+-- closing, timeouts, a closed channel in select, a function in a message, a stream's error and
+-- its close, each in a request (one line of results)
+function T.chan_edges()
+  local id = ngx.var.arg_id
+  local empty = vmpool.channel("ngx-empty-" .. id)
+  local full = vmpool.channel("ngx-full-" .. id, { capacity = 1 })
+  assert(full:push(0))
+  local timed = { full:push_timeout(0.01, 1) }
+  local popper = ngx.thread.spawn(function() return empty:pop() end)
+  local pusher = ngx.thread.spawn(function() return full:push(1) end)
+  ngx.sleep(0) -- both wait now
+  empty:close()
+  full:close()
+  local _, p1, p2 = ngx.thread.wait(popper)
+  local _, q1, q2 = ngx.thread.wait(pusher)
+  local drained = full:pop()
+  local _, sel = vmpool.select({ empty, full })
+  local other = vmpool.channel("ngx-other-" .. id)
+  local _, sel_t = vmpool.select({ empty, other }, 0.01)
+  local up = 20
+  assert(other:push(function(x) return x + up end))
+  local f = other:pop()
+  local got = 0
+  local ok, err = pcall(function() for i in T.pool():stream("t", "count_fail", 3) do got = i end end)
+  local s = T.pool():stream("t", "forever")
+  local first = s()
+  s:close()
+  local after = T.pool():co_invoke("t", "echo", "free")
+  local again = T.pool():co_invoke("t", "echo", "free")
+  ngx.say(table.concat({ tostring(timed[2]), tostring(p1), tostring(p2), tostring(q1), tostring(q2),
+    tostring(drained), tostring(sel), tostring(sel_t), f(1), got, tostring(ok),
+    (tostring(err):match("stream failed at 3") or tostring(err)), first, after, again }, " "))
+end
+
+-- a channel's waiting pop, select and push where nginx cannot yield, and its try forms (one line)
+function T.try_chan()
+  local c = vmpool.channel("ngx-try-chan")
+  local function one(f, ...)
+    local r = { pcall(f, ...) }
+    return r[1] and tostring(r[2]) .. "/" .. tostring(r[3]) or (tostring(r[2]):gsub("\n", " "))
+  end
+  return table.concat({ one(c.pop, c, 0.01), one(vmpool.select, { c }, 0.01), one(c.try_push, c, 1),
+    one(c.try_pop, c), one(c.try_pop, c) }, " | ")
 end
 
 -- co_invoke where nginx cannot yield: returns the error message (one line)

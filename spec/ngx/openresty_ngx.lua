@@ -63,6 +63,16 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     assert_clean_log(nginx)
   end)
 
+  it("in a request, closing wakes waiters on both sides, and timeouts, select, functions and streams behave", function()
+    for id = 1, 2 do
+      local status, body = H.get(tport, "/chan_edges?id=" .. id)
+      assert.are.equal(200, status, body)
+      assert.are.equal(
+        "timeout nil closed nil closed 0 closed timeout 21 3 false stream failed at 3 1 free free\n", body)
+    end
+    assert_clean_log(nginx)
+  end)
+
   it("serves the example's results and errors over HTTP", function()
     local status, body = H.get(port, "/hello?name=you")
     assert.are.equal(200, status)
@@ -108,6 +118,14 @@ describe("vmpool in OpenResty (examples/openresty/nginx.conf)", function()
     for _, key in ipairs(require "spec.support.adapter_stats") do
       assert.is_truthy(tonumber(s["ngx." .. key]), key)
     end
+  end)
+
+  it("raises a vmpool: error for a channel wait where nginx cannot yield, where try forms work", function()
+    local body = select(2, H.get(tport, "/phase/set_chan"))
+    local pop, sel, push, got, empty = body:match("^(.-) | (.-) | (.-) | (.-) | (.-)\n$")
+    assert.matches("^vmpool: channel:pop cannot wait in nginx's set phase, which cannot yield", pop)
+    assert.matches("^vmpool: vmpool.select cannot wait in nginx's set phase, which cannot yield", sel)
+    assert.are.same({ "true/nil", "1/nil", "nil/timeout" }, { push, got, empty })
   end)
 
   it("raises a vmpool: error in the phases that cannot yield", function()

@@ -1,5 +1,6 @@
 //! `vmpool.channel(name [, options])`: named, process-wide, bounded FIFOs of messages. A message
-//! is the bytes of one `push`'s values encoded by `value.rs`; the channel never looks inside.
+//! is the bytes of one `push`'s values encoded by `value.rs`, and its functions' prototypes
+//! ([`Message`]); the channel never looks inside.
 //! The registry below maps names to channels the way `shared/mod.rs` maps dictionaries, with the
 //! same `fork()` rule: a channel belongs to the process that made it.
 //!
@@ -28,6 +29,7 @@ use parking_lot::{Condvar, Mutex};
 
 use crate::call::{Call, Outcome, CLAIMED, NEW};
 use crate::sys::PerProcess;
+use crate::value::Proto;
 use crate::Error;
 
 /// `capacity` (messages) when the options do not give one.
@@ -49,6 +51,50 @@ thread_local! {
 pub struct Options {
     pub capacity: Option<usize>,
     pub bytes: Option<usize>,
+}
+
+/// One message: the encoded values of one push, and the prototypes of the Lua functions among
+/// them (bytecode travels beside a message, never inside it: `value/func.rs`).
+#[derive(Debug, Default)]
+pub struct Message {
+    pub bytes: Vec<u8>,
+    pub protos: Vec<Arc<Proto>>,
+}
+
+impl Message {
+    /// What it counts against the channel's `bytes`: its encoding and its functions' bytecode.
+    pub fn size(&self) -> usize {
+        self.bytes.len() + self.protos.iter().map(|p| p.len()).sum::<usize>()
+    }
+}
+
+impl From<Vec<u8>> for Message {
+    fn from(bytes: Vec<u8>) -> Message {
+        Message {
+            bytes,
+            protos: Vec::new(),
+        }
+    }
+}
+
+impl PartialEq for Message {
+    fn eq(&self, other: &Message) -> bool {
+        self.bytes == other.bytes
+            && self.protos.len() == other.protos.len()
+            && self
+                .protos
+                .iter()
+                .zip(&other.protos)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+}
+
+impl Eq for Message {}
+
+impl PartialEq<Vec<u8>> for Message {
+    fn eq(&self, other: &Vec<u8>) -> bool {
+        self.protos.is_empty() && self.bytes == *other
+    }
 }
 
 /// Why an operation did not complete.
@@ -74,7 +120,7 @@ pub enum Side {
 }
 
 struct Queue {
-    msgs: VecDeque<Vec<u8>>,
+    msgs: VecDeque<Message>,
     bytes: usize,
     closed: bool,
     /// Watchers waiting for a message / for room, oldest first (records already finished, by a
@@ -173,8 +219,8 @@ impl Channel {
     }
 
     /// Appends `msg` (the caller checked for room) and moves the version; waking is the caller's.
-    fn append(&self, q: &mut Queue, msg: Vec<u8>) {
-        q.bytes += msg.len();
+    fn append(&self, q: &mut Queue, msg: Message) {
+        q.bytes += msg.size();
         q.msgs.push_back(msg);
         self.version.fetch_add(1, Ordering::Release);
     }
@@ -183,14 +229,16 @@ impl Channel {
     /// no limit). `stop` is polled while waiting. Gives the message back when it fails.
     pub fn push(
         &self,
-        msg: Vec<u8>,
+        msg: impl Into<Message>,
         timeout: Option<Duration>,
         stop: &dyn Fn() -> bool,
-    ) -> Result<(), (Fail, Vec<u8>)> {
-        if msg.len() > self.max_bytes {
+    ) -> Result<(), (Fail, Message)> {
+        let msg = msg.into();
+        if msg.size() > self.max_bytes {
             return Err((Fail::TooLarge, msg));
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // a timeout past what the clock can represent is no limit
+        let deadline = crate::call::deadline_after(timeout);
         let mut q = self.q.lock();
         let mut woken = false;
         let mut spun = false;
@@ -199,7 +247,7 @@ impl Channel {
             if q.closed {
                 return Err((Fail::Closed, msg));
             }
-            if self.has_room(&q, msg.len()) {
+            if self.has_room(&q, msg.size()) {
                 self.append(&mut q, msg);
                 // room may remain for the next pusher we were woken ahead of
                 if woken && self.has_room(&q, 0) {
@@ -232,8 +280,9 @@ impl Channel {
 
     /// Takes the oldest message, waiting up to `timeout` for one; a closed channel is drained
     /// first, then answers `Closed`.
-    pub fn pop(&self, timeout: Option<Duration>, stop: &dyn Fn() -> bool) -> Result<Vec<u8>, Fail> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+    pub fn pop(&self, timeout: Option<Duration>, stop: &dyn Fn() -> bool) -> Result<Message, Fail> {
+        // a timeout past what the clock can represent is no limit
+        let deadline = crate::call::deadline_after(timeout);
         let mut q = self.q.lock();
         let mut spun = false;
         let mut parked = None;
@@ -300,9 +349,9 @@ impl Channel {
     }
 
     /// The oldest message, if any, waking a pusher (room) and, if more remain, another popper.
-    fn take(&self, q: &mut Queue) -> Option<Vec<u8>> {
+    fn take(&self, q: &mut Queue) -> Option<Message> {
         let m = q.msgs.pop_front()?;
-        q.bytes -= m.len();
+        q.bytes -= m.size();
         self.version.fetch_add(1, Ordering::Release);
         self.wake_one(q, Side::Push);
         if !q.msgs.is_empty() {
@@ -315,22 +364,22 @@ impl Channel {
     /// Puts back, as the oldest, a message a pop took but could not hand over (the popping state
     /// had no memory for its values), so that nothing is lost; a pusher may have taken its room
     /// meanwhile, so the channel can hold one message or its bytes over capacity until popped.
-    pub fn give_back(&self, msg: Vec<u8>) {
+    pub fn give_back(&self, msg: Message) {
         let mut q = self.q.lock();
-        q.bytes += msg.len();
+        q.bytes += msg.size();
         q.msgs.push_front(msg);
         self.version.fetch_add(1, Ordering::Release);
         self.wake_one(&mut q, Side::Pop);
     }
 
     /// Takes the oldest message if there is one, never waiting (the test `select` uses).
-    pub fn try_pop(&self) -> Result<Vec<u8>, Fail> {
+    pub fn try_pop(&self) -> Result<Message, Fail> {
         self.pop_or_watch(None)
     }
 
     /// Takes the oldest message now; with none, answers `Closed` (closed and drained) or `Timeout`
     /// after filing `watcher` (if given) to be finished when a message or `close()` comes.
-    pub fn pop_or_watch(&self, watcher: Option<&Arc<Call>>) -> Result<Vec<u8>, Fail> {
+    pub fn pop_or_watch(&self, watcher: Option<&Arc<Call>>) -> Result<Message, Fail> {
         let mut q = self.q.lock();
         if let Some(m) = self.take(&mut q) {
             return Ok(m);
@@ -348,17 +397,18 @@ impl Channel {
     /// `watcher` (if given) to be finished when room or `close()` comes.
     pub fn push_or_watch(
         &self,
-        msg: Vec<u8>,
+        msg: impl Into<Message>,
         watcher: Option<&Arc<Call>>,
-    ) -> Result<(), (Fail, Vec<u8>)> {
-        if msg.len() > self.max_bytes {
+    ) -> Result<(), (Fail, Message)> {
+        let msg = msg.into();
+        if msg.size() > self.max_bytes {
             return Err((Fail::TooLarge, msg));
         }
         let mut q = self.q.lock();
         if q.closed {
             return Err((Fail::Closed, msg));
         }
-        if self.has_room(&q, msg.len()) {
+        if self.has_room(&q, msg.size()) {
             self.append(&mut q, msg);
             self.wake_one(&mut q, Side::Pop);
             return Ok(());
@@ -514,7 +564,8 @@ mod tests {
         let c = Channel::new("t-full", 1, 1 << 10);
         c.push(vec![1], None, NEVER).unwrap();
         let (f, m) = c.push(vec![2], Some(Duration::ZERO), NEVER).unwrap_err();
-        assert_eq!((f, m), (Fail::Timeout, vec![2]));
+        assert_eq!(f, Fail::Timeout);
+        assert_eq!(m, vec![2]);
         assert_eq!(c.len(), 1);
     }
 

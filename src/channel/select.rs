@@ -1,38 +1,65 @@
-//! `vmpool.select`: the first of several channels to have a message. Fair: each scan starts one
-//! channel further than the last (a process-wide rotating index), so a busy channel early in the
-//! list cannot starve the ones after it. Waiting files one watcher (`watch.rs`) on every channel
-//! at once; whichever has a message first finishes it.
+//! `vmpool.select`: the first of several channels to have a message. Fair: each scan starts at a
+//! channel chosen at random (as Go's `select` chooses), so no channel of a list can be starved by
+//! the others, whatever other selects run in between (a rotating index did: a loop alternating
+//! two selects always started each at the same place). Waiting files one watcher (`watch.rs`) on
+//! every channel at once; whichever has a message first finishes it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::watch::Watch;
-use super::{Channel, Fail, Side, POLL_SLICE};
+use super::{Channel, Fail, Message, Side, POLL_SLICE};
 use crate::spin::AdaptiveSpin;
 
-/// Where the next scan starts.
-static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// Seeds each thread's generator differently.
+static SEEDS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's xorshift64* state (never 0).
+    static RNG: Cell<u64> = Cell::new(splitmix(SEEDS.fetch_add(1, Ordering::Relaxed)) | 1);
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A channel index below `n`, uniform enough for fairness (xorshift64*, multiply-shift range).
+fn random_below(n: usize) -> usize {
+    RNG.with(|r| {
+        let mut x = r.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        r.set(x);
+        let v = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32;
+        ((v * n as u64) >> 32) as usize
+    })
+}
 
 /// What one scan found.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Scan {
     /// Channel `i`'s oldest message.
-    Got(usize, Vec<u8>),
+    Got(usize, Message),
     /// Every channel is closed and drained.
     Closed,
     /// Nothing yet (the watcher, if any, was filed on every open channel).
     Empty,
 }
 
-/// One scan, from a rotating start; with nothing found and `watch` armed, files its record on
+/// One scan, from a random start; with nothing found and `watch` armed, files its record on
 /// every channel still open (a message arriving meanwhile is then found, or finishes the record).
 pub fn scan(chans: &[Arc<Channel>], watch: Option<&mut Watch>) -> Scan {
     let n = chans.len();
     if n == 0 {
         return Scan::Closed;
     }
-    let start = NEXT.fetch_add(1, Ordering::Relaxed) % n;
+    let start = random_below(n);
     let mut closed = 0;
     for k in 0..n {
         let i = (start + k) % n;
@@ -68,7 +95,7 @@ pub fn wait(
     chans: &[Arc<Channel>],
     timeout: Option<Duration>,
     stop: &mut dyn FnMut() -> bool,
-) -> Result<(usize, Vec<u8>), Fail> {
+) -> Result<(usize, Message), Fail> {
     // the deadline is this thread's to watch: the record needs no timer
     let deadline = crate::call::deadline_after(timeout);
     let mut w = Watch::default();

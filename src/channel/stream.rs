@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use mlua::ffi;
 
-use super::{Channel, Fail};
+use super::{Channel, Fail, Message};
 use crate::lua::{State, TNIL};
 use crate::value::{self, Role};
 
@@ -129,12 +129,16 @@ fn push_item(st: State) -> Result<bool, ()> {
         ));
     }
     let mut buf = Vec::with_capacity(64);
-    if let Err(e) = value::encode_values(st, 1, count, &mut buf, Role::Argument(b"coroutine.yield"))
-    {
+    let mut encoder = value::Encoder::default();
+    if let Err(e) = encoder.encode(st, 1, count, &mut buf, Role::Argument(b"coroutine.yield")) {
         return fail(st, e);
     }
-    let size = buf.len();
-    match chan.push(buf, None, &stop) {
+    let item = Message {
+        bytes: buf,
+        protos: encoder.take_protos(),
+    };
+    let size = item.size();
+    match chan.push(item, None, &stop) {
         Ok(()) => Ok(true),
         Err((Fail::Stopped, _)) => {
             let e = stop_error(st);

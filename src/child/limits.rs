@@ -26,6 +26,8 @@ pub(super) struct Limits {
     pub(super) interrupt: Cell<*const AtomicBool>,
     /// The pool's stop flag: set when a bounded `close` stops the calls still running.
     pub(super) stop: Arc<AtomicBool>,
+    /// The pool's closed flag: set when `close` starts (read only by a stream's wait for room).
+    pub(super) closing: Arc<AtomicBool>,
     pub(super) tripped: Cell<Trip>,
     /// Whether the readers of `LIMITS` see these limits: while a call (or `init`, or a
     /// collection) is armed, and always in a state without the limit hook. A flag beside the
@@ -140,6 +142,25 @@ pub(crate) fn call_armed() -> bool {
 /// does, so the call fails with the limit's error whatever Lua code makes of [`stop_error`].
 pub(crate) fn call_must_stop() -> bool {
     with_armed(|lim| lim.is_some_and(|l| l.check() != Trip::None))
+}
+
+/// The stop test of a stream's item waiting for room: [`call_must_stop`], and also once the pool
+/// is closing: the host is inside `close` then, so nobody can take items and the wait would never
+/// end. The call stops as a bounded close stops it (`Trip::Closed`); the items already buffered
+/// stay for the iterator.
+pub(crate) fn stream_must_stop() -> bool {
+    with_armed(|lim| {
+        lim.is_some_and(|l| {
+            if l.check() != Trip::None {
+                return true;
+            }
+            if l.closing.load(Ordering::Relaxed) {
+                l.tripped.set(Trip::Closed);
+                return true;
+            }
+            false
+        })
+    })
 }
 
 /// The error a wait stopped by [`call_must_stop`] raises. The hook is set to fire at the next

@@ -34,7 +34,7 @@ use crate::state_heap::OwnedState;
 use crate::value;
 use crate::Error;
 use in_state::{forget_chunk, COLLECT, INSTALL, MESSAGE_HANDLER, TRAMPOLINE_FN};
-pub(crate) use limits::{call_armed, call_must_stop, stop_error};
+pub(crate) use limits::{call_armed, call_must_stop, stop_error, stream_must_stop};
 use limits::{limit_hook, Limits, Trip, HOOK_COUNT, LIMITS, LIMIT_TRIPPED};
 use run::{Lookup, Results};
 
@@ -183,14 +183,14 @@ enum Failure {
 const ENCODE_STACK: c_int = 2 * value::MAX_DEPTH as c_int + 16;
 
 impl Child {
-    /// A new state configured for the pool; `stop` is the pool's stop flag (see [`Limits`]),
-    /// `watchdog` the pool's (pools with a `time_limit`).
+    /// A new state configured for the pool; `flags` are the pool's stop and closed flags (see
+    /// [`Limits`]), `watchdog` the pool's (pools with a `time_limit`).
     pub fn new(
         cfg: &Config,
-        stop: &Arc<AtomicBool>,
+        [stop, closing]: [&Arc<AtomicBool>; 2],
         watchdog: Option<&Arc<watchdog::Watchdog>>,
     ) -> Result<Child, Error> {
-        let stop = stop.clone();
+        let (stop, closing) = (stop.clone(), closing.clone());
         // deadlines are clock ticks: the clock is chosen before any is taken
         crate::clock::init();
         let heap = OwnedState::new()?;
@@ -226,6 +226,7 @@ impl Child {
                 deadline: Cell::new(None),
                 interrupt: Cell::new(std::ptr::null()),
                 stop,
+                closing,
                 tripped: Cell::new(Trip::None),
                 armed: Cell::new(false),
             }),
@@ -504,7 +505,7 @@ end
             (job, std::mem::take(&mut data.buf), stream)
         };
         // a stream's channel is this thread's until the call ends, then closed
-        let _stream = crate::channel::stream::Scope::enter(stream, call_must_stop, stop_error);
+        let _stream = crate::channel::stream::Scope::enter(stream, stream_must_stop, stop_error);
         // (moved out and back: the methods below borrow `self` mutably)
         let chunk = self.chunk.take();
         let map = job == Job::Map;

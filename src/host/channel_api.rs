@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::channel::watch::Watch;
-use crate::channel::{self, select, Channel, Fail, Side};
+use crate::channel::{self, select, Channel, Fail, Message, Side};
 use crate::host::call_io::HostWait;
 use crate::host::notifier_api::notifier_arg;
 use crate::host::userdata::{self, Frame, Held};
@@ -113,7 +113,7 @@ fn bad_timeout(st: State, idx: c_int, method: &str) -> Error {
 }
 
 /// Encodes the values from `first` to the top as one message.
-fn message(st: State, first: c_int, method: &str) -> Result<Vec<u8>, Error> {
+fn message(st: State, first: c_int, method: &str) -> Result<Message, Error> {
     let count = st.top() - first + 1;
     if count < 1 || st.type_of(first) == TNIL {
         return Err(Error::BadArgument(format!(
@@ -123,27 +123,34 @@ fn message(st: State, first: c_int, method: &str) -> Result<Vec<u8>, Error> {
     }
     // room for a few small values: growing from empty reallocated up to three times
     let mut buf = Vec::with_capacity(64);
-    value::encode_values(
+    let mut encoder = value::Encoder::default();
+    encoder.encode(
         st,
         first,
         count,
         &mut buf,
         Role::Argument(method.as_bytes()),
     )?;
-    Ok(buf)
+    Ok(Message {
+        bytes: buf,
+        protos: encoder.take_protos(),
+    })
 }
 
 /// Pushes the values of the message `chan` gave (onto a stack holding at most one value). When
 /// the state has no memory or stack room for them, the message goes back to the front of
 /// `chan`, so that no message is lost.
-fn push_message(st: State, chan: &Channel, buf: Vec<u8>, what: &str) -> Result<c_int, Error> {
+fn push_message(st: State, chan: &Channel, m: Message, what: &str) -> Result<c_int, Error> {
     // scalars allocate nothing, so they need no protected call (as `call_io::push_outcome`); the
     // callers have at most one value on the stack, so 16 slots of LUA_MINSTACK's 20 are free
-    if let Some(n) = value::push_scalars(st, &buf, 16) {
+    if let Some(n) = value::push_scalars(st, &m.bytes, 16) {
         return Ok(n);
     }
     let doing = || format!("receiving a message from {what}");
-    let decoded = decode_protected(st, 0, doing, |st| value::push_values(st, &buf)).and_then(|r| {
+    let decoded = decode_protected(st, 0, doing, |st| {
+        value::push_message(st, &m.bytes, &m.protos, None, false)
+    })
+    .and_then(|r| {
         r.map_err(|c| match c.0 {
             what if value::is_no_stack(what) => Error::NoStack { doing: doing() },
             what => Error::Internal(format!("cannot decode a channel message: {what}")),
@@ -152,7 +159,7 @@ fn push_message(st: State, chan: &Channel, buf: Vec<u8>, what: &str) -> Result<c
     match decoded {
         Ok(n) => Ok(n),
         Err(e) => {
-            chan.give_back(buf);
+            chan.give_back(m);
             Err(crate::host::in_pool_state(e, || {
                 format!("; the message stays in channel '{}'", chan.name)
             }))
@@ -306,7 +313,7 @@ fn push_impl(st: State) -> Result<c_int, Error> {
             st.push_bool(true);
             Ok(1)
         }
-        Err(Fail::TooLarge) => Err(too_large(&chan, msg.map_or(0, |m| m.len()))),
+        Err(Fail::TooLarge) => Err(too_large(&chan, msg.map_or(0, |m| m.size()))),
         Err(f) => Ok(push_fail(st, f)),
     }
 }
@@ -395,7 +402,7 @@ fn push_or_wait_impl(st: State) -> Result<c_int, Error> {
             st.push_bool(true);
             Ok(1)
         }
-        Err((Fail::TooLarge, m)) => Err(too_large(&chan, m.len())),
+        Err((Fail::TooLarge, m)) => Err(too_large(&chan, m.size())),
         Err((f, _)) => Ok(push_fail(st, f)),
     }
 }
@@ -457,7 +464,7 @@ fn channel_list(st: State) -> Result<Vec<Arc<Channel>>, Error> {
 }
 
 /// Pushes list[i + 1] and the message it gave.
-fn push_selected(st: State, chans: &[Arc<Channel>], i: usize, m: Vec<u8>) -> Result<c_int, Error> {
+fn push_selected(st: State, chans: &[Arc<Channel>], i: usize, m: Message) -> Result<c_int, Error> {
     st.set_top(1);
     st.raw_geti(1, i as i64 + 1);
     st.remove(1);

@@ -88,8 +88,9 @@ pub struct Pool {
     /// of every call a state took, in clock ticks (2 x 16 KiB of counters).
     pub wait: Histogram,
     pub run: Histogram,
-    /// Set by `close`: the pool leaves the registry of open pools.
-    closed: AtomicBool,
+    /// Set by `close`: the pool leaves the registry of open pools, and a stream's state waiting
+    /// for room gives up (the host, in `close`, cannot take its items: `child::stream_must_stop`).
+    pub closed: Arc<AtomicBool>,
     /// The name that labels its metrics (set by [`registry::register`]).
     name: OnceLock<String>,
 }
@@ -128,7 +129,7 @@ impl Pool {
             spare_calls: Mutex::new(Spares::default()),
             wait: Histogram::default(),
             run: Histogram::default(),
-            closed: AtomicBool::new(false),
+            closed: Arc::default(),
             name: OnceLock::new(),
         });
         if let Err(e) = registry::register(&pool) {
@@ -475,7 +476,11 @@ impl Pool {
         let child = if self.stop.load(Ordering::SeqCst) {
             Err(Error::Closed)
         } else {
-            crate::child::Child::new(&self.config, &self.stop, self.watchdog.as_ref())
+            crate::child::Child::new(
+                &self.config,
+                [&self.stop, &self.closed],
+                self.watchdog.as_ref(),
+            )
         };
         if self.creating.fetch_sub(1, Ordering::SeqCst) == 1 && self.stop.load(Ordering::SeqCst) {
             let _g = self.inner.lock();

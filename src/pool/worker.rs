@@ -282,9 +282,11 @@ fn serve<const TSC: bool>(
         };
         #[cfg(feature = "count-alloc")]
         if runnable && crate::leak::after_call(&call) == crate::leak::Leak::State {
-            if let Ok(fresh) =
-                crate::child::Child::new(&pool.config, &pool.stop, pool.watchdog.as_ref())
-            {
+            if let Ok(fresh) = crate::child::Child::new(
+                &pool.config,
+                [&pool.stop, &pool.closed],
+                pool.watchdog.as_ref(),
+            ) {
                 std::mem::forget(std::mem::replace(&mut child, fresh));
             }
         }

@@ -33,6 +33,15 @@ pub struct Proto {
 }
 
 impl Proto {
+    /// Its bytecode's size.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
     pub fn label(&self) -> &str {
         &self.label
     }
