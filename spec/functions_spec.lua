@@ -274,6 +274,41 @@ describe("functions crossing between states", function()
     end
   end)
 
+  it("binds an upvalue that holds the globals table to the receiving state's globals", function()
+    local G = _G
+    assert.are.equal("state", pool:invoke(function() return G.WHERE end))
+    local back = pool:invoke(function() local g = _G; return function() return g end end)
+    assert.are.equal(_G, back())
+    -- string.dump(f, true) drops upvalue names: `_ENV` is then known only by its value
+    local function where(x) return math.floor(x) .. WHERE end -- luacheck: ignore 113
+    local stripped = (loadstring or load)(string.dump(where, true))
+    assert.are.equal("2state", pool:invoke(stripped, 2.5))
+    assert.are.equal("3state", pool:invoke(function(f, x) return f(x) end, stripped, 3.5))
+  end)
+
+  it("keeps distinct closures of one function distinct within a transfer, also as table keys", function()
+    -- each load makes a distinct function of the same bytecode (Lua 5.2 and 5.3 would hand the
+    -- same closure back from a factory whose closures capture nothing but _ENV)
+    local function make()
+      return (loadstring or load)("return function(other) return rawequal(other, debug.getinfo(1, 'f').func) end",
+        "=same")()
+    end
+    local keys = {}
+    for i = 1, 3 do keys[make()] = i end
+    assert.are.equal(3, pool:invoke(function(t)
+      local n = 0
+      for _ in pairs(t) do n = n + 1 end
+      return n
+    end, keys))
+    local f, g = make(), make()
+    assert.is_false(pool:invoke(function(a, b) return rawequal(a, b) end, f, g))
+    assert.is_false(pool:invoke(f, g)) -- the callee and another closure of it
+    assert.is_true(pool:invoke(f, f))
+    local n = 0
+    for _ in pairs(pool:invoke("c", "echo", keys)) do n = n + 1 end
+    assert.are.equal(3, n)
+  end)
+
   it("names the function's source and line in its errors and tracebacks", function()
     local line = debug.getinfo(1, "l").currentline + 1
     local ok, err = pcall(pool.invoke, pool, function() error("boom") end)

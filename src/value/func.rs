@@ -45,6 +45,11 @@ impl Proto {
     pub fn label(&self) -> &str {
         &self.label
     }
+
+    /// The hash of its bytecode (equal for every closure of one function).
+    pub fn hash(&self) -> u64 {
+        self.hash
+    }
 }
 
 /// Most callees a state keeps loaded ([`FnCache`]).
@@ -385,6 +390,20 @@ fn push_names(st: State) -> bool {
         st.pop(1);
         false
     }
+}
+
+/// True if the value at `idx` is this state's globals table: an upvalue holding it (`local G =
+/// _G`, or `_ENV` of a function whose upvalue names `string.dump` stripped) crosses as the
+/// receiver's globals, as `_ENV` does. Needs 1 free stack slot.
+pub fn is_globals(st: State, idx: c_int) -> bool {
+    if st.type_of(idx) != TTABLE {
+        return false;
+    }
+    let t = st.to_pointer(idx);
+    st.push_globals();
+    let g = st.to_pointer(-1);
+    st.pop(1);
+    t == g
 }
 
 /// The standard-library name of the C function at `idx` (absolute), if it has one.

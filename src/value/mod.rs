@@ -35,7 +35,8 @@
 //! upvalues (5.2+, LuaJIT), two functions of one message that share an upvalue (one variable)
 //! share it on arrival too (tag 13), and both carry flag [`JOINED`]. `_ENV` is not copied: it
 //! refers to the receiving state's globals, as globals do on 5.1 and LuaJIT, where a function
-//! gets the receiving state's globals as its environment.
+//! gets the receiving state's globals as its environment; so does any upvalue that holds the
+//! sender's globals table (`local G = _G`, a stripped function's nameless `_ENV`).
 //!
 //! A light userdata is a bare pointer that Lua never dereferences. The NULL one is how
 //! `ngx.null` and `cjson.null` spell JSON's null, so it must cross; it arrives as the receiving
@@ -77,7 +78,9 @@ const TAG_CFUNC: u8 = 14;
 /// Function flag: an upvalue of this function is joined with another function's in the message
 /// (it is then never a state's cached instance, whose upvalues must stay its own).
 pub const JOINED: u8 = 1;
-/// Function flag: its only upvalue, if any, is `_ENV`: nothing of one call stays in it.
+/// Function flag: its upvalues, if any, are `_ENV` (the globals): nothing of one call stays in
+/// them. Only the first closure of a prototype in a message has it, so that distinct closures
+/// never arrive as the one instance a receiver caches.
 pub const PURE: u8 = 2;
 
 /// Bit of the value count that says the message holds Lua functions.
@@ -137,6 +140,8 @@ pub struct Encoder {
 struct Functions {
     protos: Vec<Arc<Proto>>,
     upvalues: Upvalues,
+    /// The content hashes of the message's Lua functions' prototypes so far.
+    in_message: Vec<u64>,
     /// Whether the message being encoded holds a Lua function.
     used: bool,
 }
@@ -149,6 +154,7 @@ impl Functions {
     #[cold]
     fn forget_message(&mut self) {
         self.upvalues.clear();
+        self.in_message.clear();
         self.used = false;
     }
 
@@ -516,17 +522,26 @@ impl Writer<'_> {
             return Ok(());
         }
         let proto = func::proto_of(st, idx).map_err(refuse)?;
+        // another closure of a prototype the message already holds (by content: each closure
+        // has its own dump) is never PURE, or the receiver would serve both from its cache as
+        // one function; a hash collision only costs a load
+        let pure = if self.fns.in_message.contains(&proto.hash()) {
+            0
+        } else {
+            self.fns.in_message.push(proto.hash());
+            PURE
+        };
         let index = self.fns.index_of(proto)?.to_le_bytes();
         self.fns.used = true;
         let at = self.start + offset as usize;
         self.out
-            .extend_from_slice(&[TAG_FUNC, index[0], index[1], index[2], index[3], PURE, 0]);
+            .extend_from_slice(&[TAG_FUNC, index[0], index[1], index[2], index[3], pure, 0]);
         let mut n: u8 = 0;
         while let Some(name) = st.get_upvalue(idx, n as c_int + 1) {
             n = n
                 .checked_add(1)
                 .ok_or_else(|| refuse("a function with more than 255 upvalues"))?;
-            if ENV_UPVALUE && name == b"_ENV" {
+            if (ENV_UPVALUE && name == b"_ENV") || func::is_globals(st, -1) {
                 st.pop(1);
                 self.out.push(TAG_ENV);
                 continue;
