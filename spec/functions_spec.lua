@@ -355,6 +355,35 @@ describe("functions crossing between states", function()
         .. "standard library C function that the receiving state does not have", err)
     end)
 
+    it("a stripped function's upvalues cross where the runtime can read them, and Lua 5.1's are refused", function()
+      local k = 41
+      local function plus() return k + 1 end
+      if _VERSION ~= "Lua 5.1" or jit then
+        local stripped = (loadstring or load)(string.dump(plus, true))
+        debug.setupvalue(stripped, 1, k)
+        assert.are.equal(42, pool:invoke(stripped))
+        return
+      end
+      -- Lua 5.1 reads an upvalue through its name: `luac -s` strips the names
+      local src, out = os.tmpname(), os.tmpname()
+      local f = assert(io.open(src, "w"))
+      f:write("local k = 41 return function() return k + 1 end")
+      f:close()
+      local made = os.execute("luac5.1 -s -o " .. out .. " " .. src)
+      os.remove(src)
+      if made ~= 0 then
+        os.remove(out)
+        pending("luac5.1 is not installed")
+        return
+      end
+      local stripped = assert(loadfile(out))()
+      os.remove(out)
+      assert.are.equal(42, stripped())
+      assert.matches("^vmpool: cannot pass the function to call: a function whose upvalues Lua 5.1 cannot read",
+        err_of(pool.invoke, pool, stripped))
+      assert.are.equal(2, pool:invoke(function() return 2 end))
+    end)
+
     it("a function whose bytecode the receiving state cannot load", function()
       local ok, p = pcall(vmpool.new, { core = 1, memory_limit = 4 * 1024 * 1024 })
       if not ok then

@@ -30,6 +30,8 @@ pub struct Proto {
     bytes: Box<[u8]>,
     /// `function <source:line>`, for messages.
     label: String,
+    /// How many upvalues its closures have (Lua 5.1 cannot read those of a stripped function).
+    nups: u8,
 }
 
 impl Proto {
@@ -49,6 +51,11 @@ impl Proto {
     /// The hash of its bytecode (equal for every closure of one function).
     pub fn hash(&self) -> u64 {
         self.hash
+    }
+
+    /// How many upvalues its closures have.
+    pub fn upvalues(&self) -> u8 {
+        self.nups
     }
 }
 
@@ -215,8 +222,9 @@ unsafe extern "C-unwind" fn dump_fn(l: *mut ffi::lua_State) -> isize {
                // SAFETY: `lua_Debug` is plain C data; all-zero is a valid start for `lua_getinfo`.
     let mut ar: ffi::lua_Debug = unsafe { std::mem::zeroed() };
     st.push_value(1);
-    // SAFETY: ">S" pops the function on top and fills the source fields; it allocates nothing.
-    let have_info = unsafe { ffi::lua_getinfo(l, c">S".as_ptr(), &mut ar) } != 0;
+    // SAFETY: ">Su" pops the function on top and fills the source fields and the upvalue count;
+    // it allocates nothing.
+    let have_info = unsafe { ffi::lua_getinfo(l, c">Su".as_ptr(), &mut ar) } != 0;
     let buf: *mut Vec<u8> = DUMP_BUF.with(|b| b.as_ptr());
     // SAFETY: the thread's own buffer, used by nobody else while this runs (no re-entry: the
     // writer does not call Lua).
@@ -243,6 +251,11 @@ unsafe extern "C-unwind" fn dump_fn(l: *mut ffi::lua_State) -> isize {
         hash: foldhash::fast::FixedState::default().hash_one(&bytes[..]),
         bytes: bytes.as_slice().into(),
         label,
+        nups: if have_info {
+            u8::try_from(i64::from(ar.nups)).unwrap_or(u8::MAX)
+        } else {
+            0
+        },
     };
     bytes.clear();
     // SAFETY: the userdata's cell; it now owns one strong count, dropped by `proto_gc`.

@@ -522,6 +522,7 @@ impl Writer<'_> {
             return Ok(());
         }
         let proto = func::proto_of(st, idx).map_err(refuse)?;
+        let nups = proto.upvalues();
         // another closure of a prototype the message already holds (by content: each closure
         // has its own dump) is never PURE, or the receiver would serve both from its cache as
         // one function; a hash collision only costs a load
@@ -571,6 +572,10 @@ impl Writer<'_> {
             let r = self.value(st, -1, depth + 1);
             st.pop(1);
             r.map_err(|e| e.within(format!(" upvalue '{}'", String::from_utf8_lossy(name))))?;
+        }
+        if n < nups {
+            // Lua 5.1 reads an upvalue through its name, which `luac -s` strips
+            return Err(refuse("a function whose upvalues Lua 5.1 cannot read (its debug info was stripped, as by luac -s): load it from source or from bytecode with debug info"));
         }
         self.out[at + 6] = n;
         Ok(())
