@@ -370,11 +370,18 @@ fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
         p.reverse();
         format!(" at {}", p.concat().trim_start())
     };
+    let hint = if r.problem == NOT_STANDARD_C {
+        "; a module's C functions stay in their state: require the module where it is called (inside the function, or in the pool's init) instead of sending it"
+    } else {
+        ""
+    };
     crate::Error::Unsupported(format!(
-        "cannot pass {what}: {}{at} (only nil, boolean, number, string, light userdata such as ngx.null, Lua functions, standard library C functions and tables of them nested up to {MAX_DEPTH} levels deep can cross between states)",
+        "cannot pass {what}: {}{at} (only nil, boolean, number, string, light userdata such as ngx.null, Lua functions, standard library C functions and tables of them nested up to {MAX_DEPTH} levels deep can cross between states){hint}",
         r.problem
     ))
 }
+
+const NOT_STANDARD_C: &str = "a C function that is not a standard library function";
 
 struct Writer<'o> {
     /// Whether this message made room on the stack for nested upvalues (see `function`).
@@ -503,8 +510,7 @@ impl Writer<'_> {
             return Err(refuse("a function nested too deeply for the Lua stack"));
         }
         if st.is_cfunction(idx) {
-            let name = func::c_function_name(st, idx)
-                .ok_or_else(|| refuse("a C function that is not a standard library function"))?;
+            let name = func::c_function_name(st, idx).ok_or_else(|| refuse(NOT_STANDARD_C))?;
             self.out.push(TAG_CFUNC);
             self.out.push(name.len() as u8);
             self.out.extend_from_slice(&name);
