@@ -193,6 +193,24 @@ describe("functions crossing between states", function()
     assert.are.equal(1, pool:invoke(one))
   end)
 
+  it("gives each call of a closure its own upvalues, also once the state's JIT compiled it (LuaJIT)", function()
+    local wrong = {}
+    for i = 1, 300 do
+      local k, s = i, "s" .. i
+      local a, b = pool:invoke(function(x)
+        local acc = 0
+        for j = 1, 100 do acc = acc + j end
+        return k + acc - 5050, s .. x
+      end, "!")
+      if a ~= i or b ~= s .. "!" then wrong[#wrong + 1] = i .. " -> " .. tostring(a) .. ", " .. tostring(b) end
+    end
+    for round = 1, 100 do
+      local r = pool:map(function(x) return x + round end, { 1, 2, 3 })[3]
+      if r ~= 3 + round then wrong[#wrong + 1] = "map round " .. round .. " -> " .. tostring(r) end
+    end
+    assert.are.same({}, wrong)
+  end)
+
   it("calls nested closures and recursive local functions", function()
     local function fib(n) if n < 2 then return n end return fib(n - 1) + fib(n - 2) end
     local function outer(k)

@@ -279,6 +279,13 @@ impl State {
         unsafe { ffi::lua_rawseti(self.0, idx, n as ffi::lua_Integer) }
     }
 
+    /// Whether the values at `a` and `b` are primitively equal (no metamethods).
+    #[inline]
+    pub fn raw_equal(self, a: c_int, b: c_int) -> bool {
+        // SAFETY: as for `push_nil`.
+        unsafe { ffi::lua_rawequal(self.0, a, b) != 0 }
+    }
+
     /// Pushes `t[k]` without metamethods, `t` at `idx`, `k` on top (replaced by the value).
     #[inline]
     pub fn raw_get(self, idx: c_int) -> c_int {

@@ -330,6 +330,11 @@ pub struct LuaSink<'c> {
     cache: Option<&'c mut FnCache>,
     /// The next function begun is the callee of `pool:invoke(fn, ...)`.
     callee_next: bool,
+    /// LuaJIT: whether the callee is the state's cached instance, whose upvalues this message
+    /// sets, and whether one of them changed value (its traces then go: see
+    /// `func::WATCH_UPVALUES`).
+    callee_cached: bool,
+    upvalue_changed: bool,
 }
 
 impl<'c> LuaSink<'c> {
@@ -340,6 +345,8 @@ impl<'c> LuaSink<'c> {
             has_shared: false,
             cache: None,
             callee_next: false,
+            callee_cached: false,
+            upvalue_changed: false,
         }
     }
 
@@ -443,12 +450,26 @@ impl Sink for LuaSink<'_> {
         let callee = std::mem::replace(&mut self.callee_next, false);
         match &mut self.cache {
             Some(cache) if flags & JOINED == 0 && (callee || flags & PURE != 0) => {
-                cache.push(self.st, proto)
+                cache.push(self.st, proto)?;
+                self.callee_cached = func::WATCH_UPVALUES && callee;
+                Ok(())
             }
             _ => func::push_fresh(self.st, proto),
         }
     }
     fn set_upvalue(&mut self, n: u8) -> Result<(), Corrupt> {
+        // the callee is the message's first value (above the shared table, once there is one)
+        if func::WATCH_UPVALUES
+            && self.callee_cached
+            && self.st.top() - 1 == self.shared_at + self.has_shared as c_int
+            && self.st.get_upvalue(-2, n as c_int).is_some()
+        {
+            // [.., f, new, old]: `begin_function` left room for it. LuaJIT never compiles a
+            // table upvalue in as a constant, and a table arrives as a new copy each call.
+            let tables = self.st.type_of(-1) == TTABLE && self.st.type_of(-2) == TTABLE;
+            self.upvalue_changed |= !tables && !self.st.raw_equal(-1, -2);
+            self.st.pop(1);
+        }
         if self.st.set_upvalue(-2, n as c_int) {
             Ok(())
         } else {
@@ -504,6 +525,9 @@ pub fn push_message(
     match decode_with(buf, protos, &mut sink) {
         Ok(n) => {
             sink.finish();
+            if sink.upvalue_changed {
+                func::flush_traces(st, top + 1);
+            }
             Ok(n as c_int)
         }
         Err(e) => {

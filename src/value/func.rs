@@ -534,7 +534,10 @@ impl FnCache {
 #[cfg(feature = "luajit")]
 mod join_ffi {
     use std::ffi::{c_int, c_void};
+    /// `luajit.h`: `LUAJIT_MODE_ALLFUNC | LUAJIT_MODE_FLUSH`.
+    pub const FLUSH_ALLFUNC: c_int = 3 | 0x0200;
     extern "C-unwind" {
+        pub fn luaJIT_setmode(l: *mut mlua::ffi::lua_State, idx: c_int, mode: c_int) -> c_int;
         pub fn lua_upvalueid(l: *mut mlua::ffi::lua_State, f: c_int, n: c_int) -> *mut c_void;
         pub fn lua_upvaluejoin(
             l: *mut mlua::ffi::lua_State,
@@ -547,6 +550,23 @@ mod join_ffi {
 }
 #[cfg(not(any(feature = "lua51", feature = "luajit")))]
 use ffi as join_ffi;
+
+/// Whether the cached callees' upvalues must be watched: LuaJIT compiles a closure's immutable
+/// upvalues into its traces as constants (a trace is specialised to the closure), so traces of a
+/// cached callee whose upvalues a call changed would run with the old values.
+pub const WATCH_UPVALUES: bool = cfg!(feature = "luajit");
+
+/// Flushes the compiled traces of the Lua function at `idx` and of the functions inside it
+/// (LuaJIT; nothing elsewhere): its upvalues changed since they were compiled.
+pub fn flush_traces(st: State, idx: c_int) {
+    #[cfg(feature = "luajit")]
+    // SAFETY: `idx` holds a Lua function of this state; flushing its traces runs no Lua code.
+    unsafe {
+        join_ffi::luaJIT_setmode(st.as_ptr(), idx, join_ffi::FLUSH_ALLFUNC);
+    }
+    #[cfg(not(feature = "luajit"))]
+    let _ = (st, idx);
+}
 
 /// Whether this runtime can join upvalues (and so identify them).
 pub const CAN_JOIN: bool = cfg!(not(feature = "lua51"));
