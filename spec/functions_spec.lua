@@ -366,8 +366,9 @@ describe("functions crossing between states", function()
       -- a module captured as an upvalue: the error says to require it where it is called
       local encode = cjson.encode
       assert.matches("^vmpool: cannot pass the function to call: a C function that is not a standard library "
-        .. "function at upvalue 'encode' %(.*%); a module's C functions stay in their state: require the module "
-        .. "where it is called %(inside the function, or in the pool's init%)",
+        .. "function at upvalue 'encode' %(.*%); other C functions %(a module's, coroutine.wrap's, an iterator%) "
+        .. "stay in their state: make them where they are called %(require the module inside the function, or in "
+        .. "the pool's init%)$",
         err_of(pool.invoke, pool, function(t) return encode(t) end, {}))
       assert.are.equal("[1]", pool:invoke(function(t) return require("cjson").encode(t) end, { 1 }))
     end)

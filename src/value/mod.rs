@@ -371,7 +371,7 @@ fn describe(role: Role<'_>, position: c_int, r: Refusal) -> crate::Error {
         format!(" at {}", p.concat().trim_start())
     };
     let hint = if r.problem == NOT_STANDARD_C {
-        "; a module's C functions stay in their state: require the module where it is called (inside the function, or in the pool's init) instead of sending it"
+        "; other C functions (a module's, coroutine.wrap's, an iterator) stay in their state: make them where they are called (require the module inside the function, or in the pool's init)"
     } else {
         ""
     };
