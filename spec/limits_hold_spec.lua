@@ -202,6 +202,14 @@ describe("arguments that cannot cross", function()
       assert.is_false(ok)
       assert.matches("^vmpool: cannot pass the arguments of 'count'", err)
       assert.are.equal(3, pool:invoke("c", "count", 1, 2, 3))
+      -- a function sent as the callee is named as every other message names it
+      local line = debug.getinfo(1, "l").currentline + 1
+      local function count(...) return select("#", ...) end
+      ok, err = pcall(pool.invoke, pool, count, unpack(numbers(LIMIT + 1)))
+      assert.is_false(ok)
+      assert.are.equal("vmpool: cannot pass the arguments of 'function <spec/limits_hold_spec.lua:" .. line .. ">': "
+        .. (LIMIT + 1) .. " arguments are more than the " .. LIMIT .. " a call can take (pass them in a table)", err)
+      assert.are.equal(LIMIT, pool:invoke(count, unpack(numbers(LIMIT))))
       pool:close()
     end)
 

@@ -291,7 +291,8 @@ impl PoolHandle {
     ) -> Result<Arc<Call>, Error> {
         let count = st.top() - base + 1;
         if count - 1 > MAX_ARGS {
-            return Err(too_many_args(b"the function called", (count - 1).into()));
+            let label = value::label_of(st, base);
+            return Err(too_many_args(label.as_bytes(), (count - 1).into()));
         }
         // the arguments' room; the function's own upvalues get it from the encoder if one of
         // them nests (`value::func::reserve_stack`), so a closure over scalars pays nothing

@@ -241,9 +241,7 @@ unsafe extern "C-unwind" fn dump_fn(l: *mut ffi::lua_State) -> isize {
         return 1;
     }
     let label = if have_info {
-        // SAFETY: `short_src` is a NUL-terminated buffer filled by `lua_getinfo`.
-        let src = unsafe { std::ffi::CStr::from_ptr(ar.short_src.as_ptr()) };
-        format!("function <{}:{}>", src.to_string_lossy(), ar.linedefined)
+        label_from(&ar)
     } else {
         "function".to_string()
     };
@@ -261,6 +259,29 @@ unsafe extern "C-unwind" fn dump_fn(l: *mut ffi::lua_State) -> isize {
     // SAFETY: the userdata's cell; it now owns one strong count, dropped by `proto_gc`.
     unsafe { cell.write(Arc::into_raw(Arc::new(proto))) };
     1
+}
+
+/// `function <source:line>` from `lua_getinfo`'s source fields.
+fn label_from(ar: &ffi::lua_Debug) -> String {
+    // SAFETY: `short_src` is a NUL-terminated buffer filled by `lua_getinfo`.
+    let src = unsafe { std::ffi::CStr::from_ptr(ar.short_src.as_ptr()) };
+    format!("function <{}:{}>", src.to_string_lossy(), ar.linedefined)
+}
+
+/// How messages name the function at `idx` before it is dumped: `function <source:line>` for a
+/// Lua function, `C function` otherwise. Needs 1 free stack slot; allocates nothing in Lua.
+pub fn label_of(st: State, idx: c_int) -> String {
+    if st.type_of(idx) != TFUNCTION || st.is_cfunction(idx) {
+        return "C function".to_string();
+    }
+    // SAFETY: `lua_Debug` is plain C data; all-zero is a valid start for `lua_getinfo`.
+    let mut ar: ffi::lua_Debug = unsafe { std::mem::zeroed() };
+    st.push_value(idx);
+    // SAFETY: ">S" pops the Lua function pushed above and fills the source fields.
+    if unsafe { ffi::lua_getinfo(st.as_ptr(), c">S".as_ptr(), &mut ar) } == 0 {
+        return "function".to_string();
+    }
+    label_from(&ar)
 }
 
 /// `__gc` of a `Proto` userdata: drops its strong count.

@@ -808,6 +808,6 @@ mod scalar;
 pub use decode::{
     decode_values, decode_with, is_no_stack, push_message, push_scalars, push_values, LuaSink,
 };
-pub use func::{install, is_refusal, FnCache, Proto, CACHED_FUNCTIONS, HITS, LOADS};
+pub use func::{install, is_refusal, label_of, FnCache, Proto, CACHED_FUNCTIONS, HITS, LOADS};
 pub use rust::{encode_rust, RustSink, Value};
 pub use scalar::{read_scalars, write_scalars, Scalar};
