@@ -153,6 +153,9 @@ describe("functions crossing between states", function()
   it("runs a standard library C function as the callee", function()
     assert.are.equal("7-x", pool:invoke(string.format, "%d-%s", 7, "x"))
     assert.are.equal(2, pool:invoke(math.floor, 2.5))
+    -- its errors name it
+    assert.matches("^vmpool: error in string.rep: ", select(2, pcall(pool.invoke, pool, string.rep)))
+    assert.matches("^vmpool: map item 1 of 'string.rep' failed: ", select(2, pcall(pool.map, pool, string.rep, { 1 })))
   end)
 
   it("copies a closure's upvalues of every type that crosses, integer and float kept apart", function()

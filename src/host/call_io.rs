@@ -313,7 +313,7 @@ impl PoolHandle {
         d.func.clear();
         d.func.extend_from_slice(match d.protos.first() {
             Some(p) => p.label().as_bytes(),
-            None => b"C function",
+            None => value::c_function_first(&d.buf).unwrap_or(b"C function"),
         });
         d.chunk = Some(Chunk::anonymous());
         match encoded {

@@ -129,7 +129,9 @@ impl MapRun {
         encoded?;
         let label = match protos.first() {
             Some(p) => p.label().as_bytes().to_vec(),
-            None => b"C function".to_vec(),
+            None => value::c_function_first(&msg)
+                .unwrap_or(b"C function")
+                .to_vec(),
         };
         let mut run = MapRun::with_chunk(h, Chunk::anonymous(), label, len, opts);
         run.callee = Some((msg, protos));

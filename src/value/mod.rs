@@ -86,6 +86,15 @@ pub const PURE: u8 = 2;
 /// Bit of the value count that says the message holds Lua functions.
 const HAS_FUNCTIONS: u32 = 1 << 31;
 
+/// The standard-library name of a message's first value if it is a C function (the callee of
+/// `pool:invoke(string.format, ...)`), for messages.
+pub fn c_function_first(buf: &[u8]) -> Option<&[u8]> {
+    match buf.get(4..6)? {
+        [TAG_CFUNC, len] => buf.get(6..6 + *len as usize),
+        _ => None,
+    }
+}
+
 /// True if the encoded message `buf` holds Lua functions (its prototypes travel beside it).
 pub fn has_functions(buf: &[u8]) -> bool {
     buf.get(3).is_some_and(|b| b & 0x80 != 0)
