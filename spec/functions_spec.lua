@@ -307,6 +307,15 @@ describe("functions crossing between states", function()
     assert.are.equal("3state", pool:invoke(function(f, x) return f(x) end, stripped, 3.5))
   end)
 
+  it("binds an upvalue that holds the io or package table to the receiving state's (they cannot be copied)", function()
+    local io_, package_ = io, package
+    assert.is_true(pool:invoke(function() return rawequal(io_, io) and rawequal(package_, package) end))
+    local back = pool:invoke(function() local i, p = io, package; return function() return i, p end end)
+    local i, p = back()
+    assert.are.equal(io, i)
+    assert.are.equal(package, p)
+  end)
+
   it("keeps distinct closures of one function distinct within a transfer, also as table keys", function()
     -- each load makes a distinct function of the same bytecode (Lua 5.2 and 5.3 would hand the
     -- same closure back from a factory whose closures capture nothing but _ENV)

@@ -356,8 +356,9 @@ unsafe extern "C-unwind" fn build_names(l: *mut ffi::lua_State) -> isize {
     st.push_globals(); // 3
                        // [.., value, name]: a C function is found under its name, and named by the first name
                        // found for it
-    let add = || {
-        if st.type_of(-2) == TFUNCTION && st.is_cfunction(-2) {
+    let add = |tables_too: bool| {
+        let ty = st.type_of(-2);
+        if (ty == TFUNCTION && st.is_cfunction(-2)) || (tables_too && ty == TTABLE) {
             st.push_value(-2);
             st.raw_get(2);
             let named = st.type_of(-1) != crate::lua::TNIL;
@@ -376,7 +377,7 @@ unsafe extern "C-unwind" fn build_names(l: *mut ffi::lua_State) -> isize {
     for name in BASE {
         st.raw_get_str(3, name);
         st.push_str(name);
-        add();
+        add(false);
     }
     for lib in LIBRARIES {
         if st.raw_get_str(3, lib) != TTABLE {
@@ -393,16 +394,26 @@ unsafe extern "C-unwind" fn build_names(l: *mut ffi::lua_State) -> isize {
                 st.push_value(-5);
                 // SAFETY: three strings on top; concatenating strings calls no metamethod.
                 unsafe { ffi::lua_concat(l, 3) };
-                add();
+                add(false);
             }
             st.pop(1);
         }
         st.pop(1);
     }
+    // the standard tables that hold what no copy can (files, loaded modules) cross by name too
+    for lib in UNCOPIABLE {
+        st.raw_get_str(3, lib);
+        st.push_str(lib);
+        add(true);
+    }
     st.push_value(2);
     st.raw_seti(1, T_NAMES);
     0
 }
+
+/// Standard library tables that cross by name (as upvalues): each holds values that cannot be
+/// copied (`io.stdout`, `package.loaded`), and the receiver has its own.
+const UNCOPIABLE: &[&str] = &["io", "package"];
 
 /// Pushes this state's names table, building it on first use; false (nothing pushed) if it
 /// cannot be built. Needs 3 free stack slots.
@@ -440,7 +451,8 @@ pub fn is_globals(st: State, idx: c_int) -> bool {
     t == g
 }
 
-/// The standard-library name of the C function at `idx` (absolute), if it has one.
+/// The standard-library name of the C function (or `io` / `package` table) at `idx` (absolute), if
+/// it has one.
 pub fn c_function_name(st: State, idx: c_int) -> Option<Vec<u8>> {
     if !push_names(st) {
         return None;
@@ -463,7 +475,7 @@ pub fn push_c_function(st: State, name: &[u8]) -> Result<(), Corrupt> {
     st.push_bytes(name);
     st.raw_get(-2);
     st.replace(-2);
-    if st.type_of(-1) != TFUNCTION {
+    if !matches!(st.type_of(-1), TFUNCTION | TTABLE) {
         st.pop(1);
         return Err(NO_C_FUNCTION);
     }

@@ -562,6 +562,16 @@ impl Writer<'_> {
                 self.out.push(TAG_ENV);
                 continue;
             }
+            if st.type_of(-1) == TTABLE {
+                // `local io = io`: a standard table no copy can hold crosses by name
+                if let Some(lib) = func::c_function_name(st, st.top()) {
+                    st.pop(1);
+                    self.out.push(TAG_CFUNC);
+                    self.out.push(lib.len() as u8);
+                    self.out.extend_from_slice(&lib);
+                    continue;
+                }
+            }
             self.out[at + 5] &= !PURE;
             if !self.reserved && matches!(st.type_of(-1), TTABLE | crate::lua::TFUNCTION) {
                 // an upvalue that nests: the room the caller made covers only the arguments
