@@ -207,6 +207,12 @@ describe("functions crossing between states", function()
       end, "!")
       if a ~= i or b ~= s .. "!" then wrong[#wrong + 1] = i .. " -> " .. tostring(a) .. ", " .. tostring(b) end
     end
+    local function one() return 1 end -- captures nothing: the state serves it from its cache
+    for i = 1, 300 do
+      local k = i
+      local r = pool:invoke(function() return one() + k end)
+      if r ~= i + 1 then wrong[#wrong + 1] = "after a cached upvalue: " .. i .. " -> " .. tostring(r) end
+    end
     for round = 1, 100 do
       local r = pool:map(function(x) return x + round end, { 1, 2, 3 })[3]
       if r ~= 3 + round then wrong[#wrong + 1] = "map round " .. round .. " -> " .. tostring(r) end

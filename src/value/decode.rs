@@ -451,7 +451,9 @@ impl Sink for LuaSink<'_> {
         match &mut self.cache {
             Some(cache) if flags & JOINED == 0 && (callee || flags & PURE != 0) => {
                 cache.push(self.st, proto)?;
-                self.callee_cached = func::WATCH_UPVALUES && callee;
+                if callee {
+                    self.callee_cached = func::WATCH_UPVALUES;
+                }
                 Ok(())
             }
             _ => func::push_fresh(self.st, proto),
